@@ -1,0 +1,77 @@
+#include "kernels/allocator.h"
+
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+
+namespace sbp {
+
+Buffer::~Buffer() {
+  if (allocator_ != nullptr) allocator_->Release(data_, bytes_);
+}
+
+absl::StatusOr<std::shared_ptr<Buffer>> Allocator::Allocate(size_t bytes, absl::string_view what) {
+  const size_t rounded = RoundedSize(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t current = current_bytes();
+    const int64_t budget = budget_bytes();
+    if (budget > 0 && current + static_cast<int64_t>(rounded) > budget) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of memory on ", DeviceName(device()), ": allocating ", FormatByteSize(rounded),
+          " (", rounded, " bytes) for '", what, "' with ", FormatByteSize(current),
+          " in use would exceed the budget of ", FormatByteSize(budget), " (", budget,
+          " bytes)"));
+    }
+    current_.store(current + static_cast<int64_t>(rounded));
+    if (current_bytes() > peak_bytes()) peak_.store(current_bytes());
+  }
+  absl::StatusOr<void*> data = RawAllocate(rounded);
+  if (!data.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.fetch_sub(static_cast<int64_t>(rounded));
+    return absl::Status(data.status().code(),
+                        absl::StrCat("allocating ", FormatByteSize(rounded), " for '", what,
+                                     "': ", data.status().message()));
+  }
+  return std::make_shared<Buffer>(this, *data, rounded);
+}
+
+void Allocator::RaisePeak(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bytes > peak_bytes()) peak_.store(bytes);
+}
+
+void Allocator::Release(void* data, size_t rounded_bytes) {
+  RawFree(data, rounded_bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  current_.fetch_sub(static_cast<int64_t>(rounded_bytes));
+}
+
+size_t CpuAllocator::RoundedSize(size_t bytes) const {
+  if (bytes == 0) return kAlignment;
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+absl::StatusOr<void*> CpuAllocator::RawAllocate(size_t rounded_bytes) {
+  void* data = std::aligned_alloc(kAlignment, rounded_bytes);
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError("the operating system refused the host allocation");
+  }
+  return data;
+}
+
+void CpuAllocator::RawFree(void* data, size_t) { std::free(data); }
+
+ScopedPeakReset::ScopedPeakReset(Allocator& allocator)
+    : allocator_(allocator),
+      saved_peak_(allocator.peak_bytes()),
+      start_bytes_(allocator.current_bytes()) {
+  allocator_.ResetPeak();
+}
+
+ScopedPeakReset::~ScopedPeakReset() { allocator_.RaisePeak(saved_peak_); }
+
+}  // namespace sbp
