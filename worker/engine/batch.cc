@@ -1,0 +1,98 @@
+#include "worker/engine/batch.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace sbp {
+
+std::vector<int32_t> ShiftedTargets(const TokenSequence& sequence) {
+  const size_t n = sequence.input_ids.size();
+  std::vector<int32_t> targets(n, kIgnoreIndex);
+  for (size_t t = 0; t + 1 < n; ++t) targets[t] = sequence.labels[t + 1];
+  return targets;
+}
+
+int64_t CountValidTargets(const TokenSequence& sequence) {
+  int64_t count = 0;
+  for (size_t t = 1; t < sequence.labels.size(); ++t) count += sequence.labels[t] != kIgnoreIndex;
+  return count;
+}
+
+int64_t CountValidTargets(const std::vector<TokenSequence>& batch) {
+  int64_t count = 0;
+  for (const TokenSequence& s : batch) count += CountValidTargets(s);
+  return count;
+}
+
+absl::Status ValidateSequence(const TokenSequence& sequence, int64_t vocab_size,
+                              absl::string_view where) {
+  if (sequence.input_ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": field 'input_ids' is empty"));
+  }
+  if (sequence.labels.size() != sequence.input_ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": field 'labels' has ", sequence.labels.size(), " entries but 'input_ids' has ",
+        sequence.input_ids.size()));
+  }
+  for (size_t t = 0; t < sequence.input_ids.size(); ++t) {
+    const int32_t id = sequence.input_ids[t];
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": input_ids[", t, "] = ", id,
+                                                     " is outside the vocabulary [0, ",
+                                                     vocab_size, ")"));
+    }
+    const int32_t label = sequence.labels[t];
+    if (label != kIgnoreIndex && (label < 0 || label >= vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": labels[", t, "] = ", label,
+                                                     " is neither -100 nor in [0, ", vocab_size,
+                                                     ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<BatchResult> RunBatch(Engine& engine, const ModelTensors& weights,
+                                     const std::vector<TokenSequence>& batch,
+                                     ModelTensors* grads, int64_t normaliser) {
+  BatchResult result;
+  result.valid_targets = CountValidTargets(batch);
+  const int64_t count = normaliser > 0 ? normaliser : result.valid_targets;
+  CrossEntropyTokenLoss loss(count > 0 ? 1.0 / static_cast<double>(count) : 0.0);
+  for (const TokenSequence& sequence : batch) {
+    result.tokens += static_cast<int64_t>(sequence.input_ids.size());
+    // A sequence without valid targets contributes neither loss nor gradient.
+    if (CountValidTargets(sequence) == 0) continue;
+    std::vector<int32_t> ids = sequence.input_ids;
+    std::vector<int32_t> targets = ShiftedTargets(sequence);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    Tensor ids_t = Tensor::Wrap(ids.data(), {n}, DType::kI32);
+    Tensor targets_t = Tensor::Wrap(targets.data(), {n}, DType::kI32);
+    double contribution = 0;
+    if (grads != nullptr) {
+      ASSIGN_OR_RETURN(contribution,
+                       engine.ForwardBackward(weights, ids_t, targets_t, loss, *grads));
+    } else {
+      ASSIGN_OR_RETURN(contribution, engine.Forward(weights, ids_t, targets_t, loss));
+    }
+    result.loss += contribution;
+  }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<BatchResult> SftForwardBackward(Engine& engine, const ModelTensors& weights,
+                                               const std::vector<TokenSequence>& batch,
+                                               ModelTensors& grads, int64_t normaliser) {
+  return RunBatch(engine, weights, batch, &grads, normaliser);
+}
+
+absl::StatusOr<BatchResult> SftForward(Engine& engine, const ModelTensors& weights,
+                                       const std::vector<TokenSequence>& batch,
+                                       int64_t normaliser) {
+  return RunBatch(engine, weights, batch, nullptr, normaliser);
+}
+
+}  // namespace sbp

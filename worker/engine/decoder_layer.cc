@@ -1,0 +1,121 @@
+#include "worker/engine/decoder_layer.h"
+
+#include <cmath>
+
+namespace sbp {
+namespace {
+
+// [n, heads, d] -> [n, heads*d] (and back): the same contiguous rows.
+Tensor Flat(const Tensor& t) { return t.Reshape({t.dim(0), -1}); }
+Tensor Heads(const Tensor& t, int64_t heads, int64_t d) { return t.Reshape({t.dim(0), heads, d}); }
+
+}  // namespace
+
+DecoderLayer::DecoderLayer(const ModelConfig& config, Backend& backend)
+    : config_(config),
+      backend_(backend),
+      eps_(static_cast<float>(config.rms_norm_eps)),
+      scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim)))) {}
+
+void DecoderLayer::InputNorm(const LayerWeights& w, const Tensor& x_rows, ChunkActivations& a) {
+  backend_.RmsNormForward(x_rows, w.input_norm, eps_, a.xn, &a.x_rstd);
+}
+
+void DecoderLayer::KvForward(const LayerWeights& w, const ChunkActivations& a, int64_t begin,
+                             KvBuffers& kv_rows) {
+  Backend& b = backend_;
+  Tensor k_out = config_.qk_norm ? Flat(kv_rows.k_pre) : Flat(kv_rows.k);
+  b.MatmulXWt(a.xn, w.k_proj, k_out, /*accumulate=*/false);
+  if (w.k_bias.defined()) b.AddBias(k_out, w.k_bias);
+  if (config_.qk_norm) b.RmsNormForward(kv_rows.k_pre, w.k_norm, eps_, kv_rows.k, &kv_rows.k_rstd);
+  b.RopeForward(kv_rows.k, begin, config_.rope_theta);
+  Tensor v_out = Flat(kv_rows.v);
+  b.MatmulXWt(a.xn, w.v_proj, v_out, /*accumulate=*/false);
+  if (w.v_bias.defined()) b.AddBias(v_out, w.v_bias);
+}
+
+void DecoderLayer::ChunkForward(const LayerWeights& w, const Tensor& x_rows, int64_t begin,
+                                const KvBuffers& kv, ChunkActivations& a, Tensor y_rows) {
+  Backend& b = backend_;
+  const int64_t hq = config_.num_attention_heads, d = config_.head_dim;
+  Tensor q_out = config_.qk_norm ? Flat(a.q_pre) : Flat(a.q);
+  b.MatmulXWt(a.xn, w.q_proj, q_out, false);
+  if (w.q_bias.defined()) b.AddBias(q_out, w.q_bias);
+  if (config_.qk_norm) b.RmsNormForward(a.q_pre, w.q_norm, eps_, a.q, &a.q_rstd);
+  b.RopeForward(a.q, begin, config_.rope_theta);
+  Tensor attn = Heads(a.attn, hq, d);
+  b.AttentionForward(a.q, kv.k, kv.v, begin, scale_, attn, &a.lse);
+  // h = x + attn Wo^T
+  b.Cast(x_rows, a.h);
+  b.MatmulXWt(a.attn, w.o_proj, a.h, /*accumulate=*/true);
+  b.RmsNormForward(a.h, w.post_norm, eps_, a.hn, &a.h_rstd);
+  b.MatmulXWt(a.hn, w.gate_proj, a.gate, false);
+  b.MatmulXWt(a.hn, w.up_proj, a.up, false);
+  b.SwigluForward(a.gate, a.up, a.act);
+  if (y_rows.defined()) {
+    b.Cast(a.h, y_rows);
+    b.MatmulXWt(a.act, w.down_proj, y_rows, /*accumulate=*/true);
+  }
+}
+
+void DecoderLayer::ChunkBackward(const LayerWeights& w, const Tensor& x_rows, int64_t begin,
+                                 const KvBuffers& kv, ChunkActivations& a, KvGrads& kv_grads,
+                                 Tensor& dy, LayerWeights& g) {
+  Backend& b = backend_;
+  const int64_t hq = config_.num_attention_heads, d = config_.head_dim;
+  // MLP: Y = h + act Wd^T.
+  b.MatmulAccumDyTX(dy, a.act, g.down_proj);
+  Tensor& d_act = a.act;
+  b.MatmulDyW(dy, w.down_proj, d_act, false);
+  Tensor& d_gate = a.gate;
+  Tensor& d_up = a.up;
+  b.SwigluBackward(a.gate, a.up, d_act, d_gate, d_up);
+  b.MatmulAccumDyTX(d_gate, a.hn, g.gate_proj);
+  b.MatmulAccumDyTX(d_up, a.hn, g.up_proj);
+  Tensor& d_hn = a.hn;
+  b.MatmulDyW(d_gate, w.gate_proj, d_hn, false);
+  b.MatmulDyW(d_up, w.up_proj, d_hn, true);
+  // dh = dY + post-norm backward (in place over d_hn).
+  b.RmsNormBackward(a.h, w.post_norm, a.h_rstd, d_hn, d_hn, g.post_norm);
+  Tensor& dh = a.hn;
+  b.Add(dh, dy, dh);
+  // Attention output projection.
+  b.MatmulAccumDyTX(dh, a.attn, g.o_proj);
+  b.MatmulDyW(dh, w.o_proj, a.d_attn, false);
+  b.AttentionBackward(a.q, kv.k, kv.v, Heads(a.attn, hq, d), Heads(a.d_attn, hq, d), a.lse, begin,
+                      scale_, a.dq, kv_grads.dk, kv_grads.dv);
+  b.RopeBackward(a.dq, begin, config_.rope_theta);
+  if (config_.qk_norm) b.RmsNormBackward(a.q_pre, w.q_norm, a.q_rstd, a.dq, a.dq, g.q_norm);
+  Tensor dq = Flat(a.dq);
+  if (g.q_bias.defined()) b.BiasBackward(dq, g.q_bias);
+  b.MatmulAccumDyTX(dq, a.xn, g.q_proj);
+  Tensor& d_xn = a.xn;
+  b.MatmulDyW(dq, w.q_proj, d_xn, false);
+  b.RmsNormBackward(x_rows, w.input_norm, a.x_rstd, d_xn, d_xn, g.input_norm);
+  b.Add(dh, d_xn, dy);
+}
+
+void DecoderLayer::KvBackward(const LayerWeights& w, const Tensor& x_rows, int64_t begin,
+                              const KvBuffers& kv_rows, KvGrads& kv_grad_rows,
+                              ChunkActivations& a, Tensor& dx_rows, LayerWeights& g) {
+  Backend& b = backend_;
+  b.RopeBackward(kv_grad_rows.dk, begin, config_.rope_theta);
+  if (config_.qk_norm) {
+    b.RmsNormBackward(kv_rows.k_pre, w.k_norm, kv_rows.k_rstd, kv_grad_rows.dk, kv_grad_rows.dk,
+                      g.k_norm);
+  }
+  Tensor dk = Flat(kv_grad_rows.dk);
+  Tensor dv = Flat(kv_grad_rows.dv);
+  b.RmsNormForward(x_rows, w.input_norm, eps_, a.xn, &a.x_rstd);
+  if (g.k_bias.defined()) b.BiasBackward(dk, g.k_bias);
+  if (g.v_bias.defined()) b.BiasBackward(dv, g.v_bias);
+  b.MatmulAccumDyTX(dk, a.xn, g.k_proj);
+  b.MatmulAccumDyTX(dv, a.xn, g.v_proj);
+  Tensor& d_xn = a.hn;
+  b.MatmulDyW(dk, w.k_proj, d_xn, false);
+  b.MatmulDyW(dv, w.v_proj, d_xn, true);
+  b.RmsNormBackward(x_rows, w.input_norm, a.x_rstd, d_xn, d_xn, g.input_norm);
+  b.Axpy(1.0f, d_xn, dx_rows);
+}
+
+}  // namespace sbp

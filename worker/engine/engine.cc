@@ -1,0 +1,228 @@
+#include "worker/engine/engine.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/engine/decoder_layer.h"
+#include "worker/engine/layer_buffers.h"
+
+namespace sbp {
+namespace {
+
+absl::StatusOr<Tensor> Make(Backend& backend, Shape shape, const std::string& what) {
+  return Tensor::Empty(backend.allocator(), std::move(shape), DType::kF32, what);
+}
+
+void CheckSequence(const Tensor& ids, const Tensor& targets) {
+  CHECK(ids.dtype() == DType::kI32 && targets.dtype() == DType::kI32);
+  CHECK_EQ(ids.numel(), targets.numel());
+}
+
+}  // namespace
+
+absl::string_view BackwardModeName(BackwardMode mode) {
+  switch (mode) {
+    case BackwardMode::kFull: return "full";
+    case BackwardMode::kCheckpoint: return "checkpoint";
+    case BackwardMode::kStream: return "stream";
+  }
+  return "?";
+}
+
+absl::StatusOr<BackwardMode> ParseBackwardMode(absl::string_view text) {
+  if (text == "full") return BackwardMode::kFull;
+  if (text == "checkpoint") return BackwardMode::kCheckpoint;
+  if (text == "stream") return BackwardMode::kStream;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode '", text, "' (expected stream, checkpoint or full)"));
+}
+
+int64_t AutoChunkTokens(const ModelConfig&, int64_t tokens) {
+  return std::max<int64_t>(1, std::min<int64_t>(tokens, 1024));
+}
+
+int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens) {
+  const int64_t by_memory = (int64_t{64} << 20) / (4 * std::max<int64_t>(config.vocab_size, 1));
+  return std::max<int64_t>(1, std::min(tokens, std::clamp<int64_t>(by_memory, 64, 1024)));
+}
+
+Engine::Engine(const ModelConfig& config, Backend& backend, EngineOptions options)
+    : config_(config), backend_(backend), options_(options) {}
+
+Engine::Plan Engine::MakePlan(int64_t tokens, bool training) const {
+  Plan plan{tokens, tokens, tokens};
+  const bool chunked = !training || options_.mode == BackwardMode::kStream;
+  if (chunked) {
+    plan.chunk = options_.chunk_tokens > 0 ? std::min(options_.chunk_tokens, tokens)
+                                           : AutoChunkTokens(config_, tokens);
+    plan.logits_chunk = options_.logits_chunk_tokens > 0
+                            ? std::min(options_.logits_chunk_tokens, tokens)
+                            : AutoLogitsChunkTokens(config_, tokens);
+  }
+  plan.chunk = std::max<int64_t>(plan.chunk, 1);
+  plan.logits_chunk = std::max<int64_t>(plan.logits_chunk, 1);
+  return plan;
+}
+
+absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
+                                                   const Tensor& hidden, const Tensor& targets,
+                                                   TokenLoss& loss, int64_t logits_chunk,
+                                                   Tensor* d_hidden, ModelTensors* grads) {
+  Backend& b = backend_;
+  const int64_t T = hidden.dim(0), H = config_.hidden_size, V = config_.vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  ASSIGN_OR_RETURN(Tensor normed, Make(b, {logits_chunk, H}, "LM head normed hidden"));
+  ASSIGN_OR_RETURN(Tensor rstd, Make(b, {logits_chunk}, "LM head rstd"));
+  ASSIGN_OR_RETURN(Tensor logits_buffer, Make(b, {logits_chunk, V}, "logits"));
+  double total = 0;
+  for (int64_t s = 0; s < T; s += logits_chunk) {
+    const int64_t e = std::min(T, s + logits_chunk), n = e - s;
+    Tensor x = hidden.Rows(s, e);
+    Tensor fn = normed.Rows(0, n), r = rstd.Rows(0, n), logits = logits_buffer.Rows(0, n);
+    b.RmsNormForward(x, weights.final_norm, eps, fn, &r);
+    b.MatmulXWt(fn, weights.lm_head, logits, false);
+    if (d_hidden == nullptr) {
+      total += loss.Forward(b, logits, targets.Rows(s, e), s);
+      continue;
+    }
+    total += loss.ForwardBackward(b, logits, targets.Rows(s, e), s);
+    Tensor& d_logits = logits;
+    b.MatmulAccumDyTX(d_logits, fn, grads->lm_head);
+    Tensor& d_fn = fn;
+    b.MatmulDyW(d_logits, weights.lm_head, d_fn, false);
+    Tensor dx = d_hidden->Rows(s, e);
+    b.RmsNormBackward(x, weights.final_norm, r, d_fn, dx, grads->final_norm);
+  }
+  return total;
+}
+
+absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor& ids,
+                                       const Tensor& targets, TokenLoss& loss) {
+  CheckSequence(ids, targets);
+  Backend& b = backend_;
+  const Plan plan = MakePlan(ids.numel(), /*training=*/false);
+  const int64_t T = plan.tokens, H = config_.hidden_size;
+  DecoderLayer layer(config_, b);
+  // Two hidden-state buffers alternate between layer input and output.
+  ASSIGN_OR_RETURN(Tensor x, Make(b, {T, H}, "hidden states"));
+  ASSIGN_OR_RETURN(Tensor y, Make(b, {T, H}, "hidden states"));
+  b.EmbeddingForward(weights.embed, ids, x);
+  {
+    ASSIGN_OR_RETURN(KvBuffers kv, KvBuffers::Allocate(b, config_, T, "forward"));
+    ASSIGN_OR_RETURN(ChunkActivations acts,
+                     ChunkActivations::Allocate(b, config_, plan.chunk, false, "forward chunk"));
+    for (const LayerWeights& w : weights.layers) {
+      for (int64_t s = 0; s < T; s += plan.chunk) {
+        const int64_t e = std::min(T, s + plan.chunk);
+        ChunkActivations a = acts.Rows(e - s);
+        KvBuffers kv_rows = kv.Rows(s, e);
+        layer.InputNorm(w, x.Rows(s, e), a);
+        layer.KvForward(w, a, s, kv_rows);
+        layer.ChunkForward(w, x.Rows(s, e), s, kv, a, y.Rows(s, e));
+      }
+      std::swap(x, y);
+    }
+  }
+  return HeadForwardBackward(weights, x, targets, loss, plan.logits_chunk, nullptr, nullptr);
+}
+
+absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, const Tensor& ids,
+                                               const Tensor& targets, TokenLoss& loss,
+                                               ModelTensors& grads) {
+  CheckSequence(ids, targets);
+  Backend& b = backend_;
+  const Plan plan = MakePlan(ids.numel(), /*training=*/true);
+  const int64_t T = plan.tokens, H = config_.hidden_size;
+  const int L = static_cast<int>(config_.num_hidden_layers);
+  const bool keep_all = options_.mode == BackwardMode::kFull;
+  DecoderLayer layer(config_, b);
+
+  // Layer inputs (checkpoints): hidden[l] is the input of layer l, hidden[L]
+  // the final hidden state.
+  std::vector<Tensor> hidden(L + 1);
+  for (int l = 0; l <= L; ++l) {
+    ASSIGN_OR_RETURN(hidden[l], Make(b, {T, H}, absl::StrCat("layer ", l, " input")));
+  }
+  // Full mode keeps K/V and activations of every layer; the others keep one
+  // set and recompute.
+  const int sets = keep_all ? L : 1;
+  std::vector<KvBuffers> kv(sets);
+  std::vector<ChunkActivations> acts(sets);
+  for (int i = 0; i < sets; ++i) {
+    ASSIGN_OR_RETURN(kv[i], KvBuffers::Allocate(b, config_, T, absl::StrCat("layer ", i)));
+    ASSIGN_OR_RETURN(acts[i], ChunkActivations::Allocate(b, config_, plan.chunk, true,
+                                                         absl::StrCat("layer ", i)));
+  }
+
+  // Forward: K/V of a chunk, then its queries (keys up to the chunk end are
+  // ready because chunks run in order).
+  b.EmbeddingForward(weights.embed, ids, hidden[0]);
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights& w = weights.layers[l];
+    const int set = keep_all ? l : 0;
+    for (int64_t s = 0; s < T; s += plan.chunk) {
+      const int64_t e = std::min(T, s + plan.chunk);
+      ChunkActivations a = acts[set].Rows(e - s);
+      KvBuffers kv_rows = kv[set].Rows(s, e);
+      layer.InputNorm(w, hidden[l].Rows(s, e), a);
+      layer.KvForward(w, a, s, kv_rows);
+      layer.ChunkForward(w, hidden[l].Rows(s, e), s, kv[set], a, hidden[l + 1].Rows(s, e));
+    }
+  }
+
+  // LM head: loss and dL/d(final hidden), chunk by chunk, into d_hidden.
+  ASSIGN_OR_RETURN(Tensor d_hidden, Make(b, {T, H}, "hidden-state gradient"));
+  ASSIGN_OR_RETURN(double total, HeadForwardBackward(weights, hidden[L], targets, loss,
+                                                     plan.logits_chunk, &d_hidden, &grads));
+  // Layer inputs above the one being differentiated are no longer needed.
+  hidden[L] = Tensor();
+
+  ASSIGN_OR_RETURN(KvGrads kv_grads, KvGrads::Allocate(b, config_, T));
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerWeights& w = weights.layers[l];
+    LayerWeights& g = grads.layers[l];
+    const int set = keep_all ? l : 0;
+    const Tensor& x = hidden[l];
+    if (!keep_all) {
+      // Recompute K/V for the whole sequence once.
+      for (int64_t s = 0; s < T; s += plan.chunk) {
+        const int64_t e = std::min(T, s + plan.chunk);
+        ChunkActivations a = acts[0].Rows(e - s);
+        KvBuffers kv_rows = kv[0].Rows(s, e);
+        layer.InputNorm(w, x.Rows(s, e), a);
+        layer.KvForward(w, a, s, kv_rows);
+      }
+    }
+    b.Fill(kv_grads.dk, 0.0f);
+    b.Fill(kv_grads.dv, 0.0f);
+    for (int64_t s = 0; s < T; s += plan.chunk) {
+      const int64_t e = std::min(T, s + plan.chunk);
+      ChunkActivations a = acts[set].Rows(e - s);
+      if (!keep_all) {
+        layer.InputNorm(w, x.Rows(s, e), a);
+        layer.ChunkForward(w, x.Rows(s, e), s, kv[0], a, Tensor());
+      }
+      Tensor dy = d_hidden.Rows(s, e);
+      layer.ChunkBackward(w, x.Rows(s, e), s, kv[set], a, kv_grads, dy, g);
+    }
+    for (int64_t s = 0; s < T; s += plan.chunk) {
+      const int64_t e = std::min(T, s + plan.chunk);
+      ChunkActivations a = acts[set].Rows(e - s);
+      KvBuffers kv_rows = kv[set].Rows(s, e);
+      KvGrads kv_grad_rows{kv_grads.dk.Rows(s, e), kv_grads.dv.Rows(s, e)};
+      Tensor dx = d_hidden.Rows(s, e);
+      layer.KvBackward(w, x.Rows(s, e), s, kv_rows, kv_grad_rows, a, dx, g);
+    }
+    if (keep_all) {
+      kv[l] = KvBuffers();
+      acts[l] = ChunkActivations();
+    }
+    if (l > 0) hidden[l] = Tensor();
+  }
+  b.EmbeddingBackward(ids, d_hidden, grads.embed);
+  return total;
+}
+
+}  // namespace sbp

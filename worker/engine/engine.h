@@ -1,0 +1,82 @@
+// The training-step engine: loss and parameter gradients of a causal LM for
+// one token sequence, computed three ways that agree to fp32 rounding:
+//
+//   kFull        keep every intermediate of every layer (no recomputation),
+//                full T x V logits — the "no checkpointing" baseline;
+//   kCheckpoint  keep only each layer's input, recompute a whole layer in its
+//                backward, full T x V logits — gradient checkpointing as
+//                Hugging Face does it;
+//   kStream      StreamBP: keep only layer inputs; per layer compute K/V for
+//                the whole sequence once, then recompute and backpropagate
+//                query chunks of chunk_tokens rows, accumulating dK/dV, which
+//                go through the k/v projections at the end; dY is overwritten
+//                by dX in place. The LM head runs over chunks of
+//                logits_chunk_tokens rows and never holds T x V logits.
+//
+// Memory (stream): weights + gradients + L*T*H layer inputs + O(T * kv_dim)
+// K/V buffers + O(chunk) temporaries. All allocations go through the
+// backend's allocator, whose peak is the engine's memory figure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "worker/engine/parameter_store.h"
+#include "worker/engine/token_loss.h"
+#include "worker/model/model_config.h"
+
+namespace sbp {
+
+enum class BackwardMode { kFull, kCheckpoint, kStream };
+
+absl::string_view BackwardModeName(BackwardMode mode);  // "full", "checkpoint", "stream"
+absl::StatusOr<BackwardMode> ParseBackwardMode(absl::string_view text);
+
+struct EngineOptions {
+  BackwardMode mode = BackwardMode::kStream;
+  int64_t chunk_tokens = 0;         // 0: automatic
+  int64_t logits_chunk_tokens = 0;  // 0: automatic
+};
+
+// Automatic chunk sizes until the memory planner chooses them: query chunks
+// of up to 1024 rows; logits chunks of about 64 MiB of fp32 logits, between
+// 64 and 1024 rows.
+int64_t AutoChunkTokens(const ModelConfig& config, int64_t tokens);
+int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens);
+
+class Engine {
+ public:
+  Engine(const ModelConfig& config, Backend& backend, EngineOptions options);
+
+  // Forward and backward of one sequence: ids [T] i32, targets [T] i32 (the
+  // label of position t is the token t+1, -100 ignored). Returns the loss
+  // contribution; gradients ACCUMULATE into `grads`. ResourceExhausted when
+  // the allocator's budget is too small.
+  absl::StatusOr<double> ForwardBackward(const ModelTensors& weights, const Tensor& ids,
+                                         const Tensor& targets, TokenLoss& loss,
+                                         ModelTensors& grads);
+
+  // Loss contribution only (chunked forward, nothing stored for backward).
+  absl::StatusOr<double> Forward(const ModelTensors& weights, const Tensor& ids,
+                                 const Tensor& targets, TokenLoss& loss);
+
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Plan {
+    int64_t tokens, chunk, logits_chunk;
+  };
+  Plan MakePlan(int64_t tokens, bool training) const;
+  absl::StatusOr<double> HeadForwardBackward(const ModelTensors& weights, const Tensor& hidden,
+                                             const Tensor& targets, TokenLoss& loss,
+                                             int64_t logits_chunk, Tensor* d_hidden,
+                                             ModelTensors* grads);
+
+  const ModelConfig& config_;
+  Backend& backend_;
+  EngineOptions options_;
+};
+
+}  // namespace sbp

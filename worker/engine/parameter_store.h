@@ -1,0 +1,89 @@
+// Model parameters (or their gradients) in flat per-group buffers with one
+// view per tensor. Groups: the embedding, each decoder layer, and the final
+// group (final norm + untied LM head). A group's tensors are contiguous in
+// Hugging Face order, padded at the end to a multiple of `pad_multiple`
+// elements — the layout ZeRO-2 reduce-scatters one layer at a time.
+//
+// Weights and gradients use the same layout; typed accessors (LayerWeights,
+// ModelWeightsView) give the engine named tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/allocator.h"
+#include "kernels/tensor.h"
+#include "worker/model/model_config.h"
+
+namespace sbp {
+
+struct ParameterGroup {
+  std::string name;        // "embed", "layer.3", "final"
+  Tensor flat;             // [padded_numel] f32
+  int64_t numel = 0;       // elements used by tensors (before padding)
+  std::vector<ParamSpec> specs;
+  std::vector<Tensor> tensors;  // views into flat, same order as specs
+};
+
+class ParameterStore {
+ public:
+  ParameterStore() = default;
+  // Allocates zero-filled groups for `config` from `allocator`; `what` names
+  // the allocations ("weights", "gradients").
+  static absl::StatusOr<ParameterStore> Create(const ModelConfig& config, Allocator& allocator,
+                                               absl::string_view what, int64_t pad_multiple = 1);
+
+  const ModelConfig& config() const { return config_; }
+  std::vector<ParameterGroup>& groups() { return groups_; }
+  const std::vector<ParameterGroup>& groups() const { return groups_; }
+  // Group index of the embedding (0), layer i (1 + i), final (L + 1).
+  int embed_group() const { return 0; }
+  int layer_group(int layer) const { return 1 + layer; }
+  int final_group() const { return static_cast<int>(groups_.size()) - 1; }
+
+  // Tensor by Hugging Face name; NotFound names it. For tied models
+  // "lm_head.weight" resolves to the embedding.
+  absl::StatusOr<Tensor> Find(absl::string_view name) const;
+  // Every tensor with its Hugging Face name, in order (tied head excluded).
+  std::vector<std::pair<std::string, Tensor>> NamedTensors() const;
+
+  // Sets every element (padding included) to zero.
+  void Zero();
+  int64_t total_bytes() const;
+
+ private:
+  ModelConfig config_;
+  std::vector<ParameterGroup> groups_;
+  absl::flat_hash_map<std::string, std::pair<int, int>> index_;  // name -> (group, slot)
+};
+
+// Named views of one decoder layer's tensors (biases and q/k norms undefined
+// when the architecture has none).
+struct LayerWeights {
+  Tensor input_norm, q_proj, q_bias, k_proj, k_bias, v_proj, v_bias, o_proj;
+  Tensor q_norm, k_norm, post_norm, gate_proj, up_proj, down_proj;
+};
+
+// Named views of a whole model: embedding, layers, final norm, LM head (the
+// embedding itself when tied).
+struct ModelTensors {
+  Tensor embed;
+  std::vector<LayerWeights> layers;
+  Tensor final_norm;
+  Tensor lm_head;
+};
+
+// Binds the views of `store` by name. CHECK-fails on a store that does not
+// match its config (a programming error).
+ModelTensors BindModelTensors(const ParameterStore& store);
+
+// Copies host tensors (e.g. loaded from safetensors) into `store` by name;
+// every tensor of the store must be given with the right shape.
+absl::Status CopyIntoStore(const std::vector<std::pair<std::string, Tensor>>& named,
+                           ParameterStore& store);
+
+}  // namespace sbp
