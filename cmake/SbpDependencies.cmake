@@ -6,6 +6,7 @@ find_package(Protobuf REQUIRED)
 find_package(GTest REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
+find_package(yaml-cpp REQUIRED)
 
 # OpenBLAS (OpenMP build): cblas.h plus libopenblas.
 find_path(SBP_OPENBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas-openmp openblas REQUIRED)

@@ -1,5 +1,7 @@
 #include "kernels/allocator.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 
 #include "absl/status/status.h"
@@ -56,6 +58,14 @@ size_t CpuAllocator::RoundedSize(size_t bytes) const {
 }
 
 absl::StatusOr<void*> CpuAllocator::RawAllocate(size_t rounded_bytes) {
+  if (rounded_bytes >= kMapThreshold) {
+    void* mapped = mmap(nullptr, rounded_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) {
+      return absl::ResourceExhaustedError("the operating system refused the host mapping");
+    }
+    return mapped;
+  }
   void* data = std::aligned_alloc(kAlignment, rounded_bytes);
   if (data == nullptr) {
     return absl::ResourceExhaustedError("the operating system refused the host allocation");
@@ -63,7 +73,13 @@ absl::StatusOr<void*> CpuAllocator::RawAllocate(size_t rounded_bytes) {
   return data;
 }
 
-void CpuAllocator::RawFree(void* data, size_t) { std::free(data); }
+void CpuAllocator::RawFree(void* data, size_t rounded_bytes) {
+  if (rounded_bytes >= kMapThreshold) {
+    munmap(data, rounded_bytes);
+  } else {
+    std::free(data);
+  }
+}
 
 ScopedPeakReset::ScopedPeakReset(Allocator& allocator)
     : allocator_(allocator),

@@ -74,10 +74,14 @@ class Allocator {
   std::atomic<int64_t> budget_{0};
 };
 
-// Host memory, 64-byte aligned (cache line, AVX-512 loads).
+// Host memory, 64-byte aligned (cache line, AVX-512 loads). Requests of
+// kMapThreshold bytes or more are mapped from the OS directly and unmapped on
+// release, so the process RSS follows the tracked figures (malloc would keep
+// freed memory in its heap).
 class CpuAllocator final : public Allocator {
  public:
   static constexpr size_t kAlignment = 64;
+  static constexpr size_t kMapThreshold = size_t{1} << 20;
   Device device() const override { return Device::Cpu(); }
   size_t RoundedSize(size_t bytes) const override;
 

@@ -17,12 +17,14 @@
 
 namespace sbp {
 
+// Hyper-parameters in double, as PyTorch holds them (1 - beta2 is formed in
+// double before it meets fp32 tensors).
 struct AdamWParams {
-  float lr = 1e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
+  double lr = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
   int64_t step = 1;          // 1-based, for bias correction
   float grad_scale = 1.0f;   // multiplies the gradient first (clipping, averaging)
 };

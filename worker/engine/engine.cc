@@ -226,3 +226,16 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
 }
 
 }  // namespace sbp
+
+namespace sbp {
+
+double TrainingFlops(const ModelConfig& c, int64_t tokens) {
+  const double H = c.hidden_size, I = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
+  const double per_layer = H * q + 2 * H * kv + q * H + 3 * H * I;
+  const double matmul_params = c.num_hidden_layers * per_layer + c.vocab_size * H;
+  const double T = static_cast<double>(tokens);
+  return 6.0 * T * matmul_params +
+         6.0 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * T * T;
+}
+
+}  // namespace sbp

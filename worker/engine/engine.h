@@ -80,3 +80,13 @@ class Engine {
 };
 
 }  // namespace sbp
+
+namespace sbp {
+
+// Model FLOPs of one forward + backward over a sequence of `tokens` (no
+// recomputation counted): 6 * tokens * (matmul parameters incl. LM head)
+// + 6 * L * Hq * d * tokens^2 for causal attention (forward 2 d T^2 per head
+// over the causal half, backward twice that).
+double TrainingFlops(const ModelConfig& config, int64_t tokens);
+
+}  // namespace sbp

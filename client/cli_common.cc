@@ -1,0 +1,45 @@
+#include "client/cli_common.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace sbp::cli {
+
+int ReportError(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "sbp %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+      return kExitBadInput;
+    default:
+      return kExitFailed;
+  }
+}
+
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      int64_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    std::string rest;
+    std::getline(status, rest);
+  }
+  return 0;
+}
+
+bool ResetPeakRss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  if (!clear) return false;
+  clear << "5";
+  return static_cast<bool>(clear);
+}
+
+}  // namespace sbp::cli

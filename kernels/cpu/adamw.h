@@ -1,0 +1,27 @@
+// Decoupled AdamW on fp32 master weights (CPU), the update of PyTorch's
+// torch.optim.AdamW (amsgrad=False, maximize=False), element by element:
+//
+//   g = grad_scale * grad
+//   p = p - lr * wd * p                      (PyTorch: p.mul_(1 - lr * wd))
+//   m = b1 * m + (1 - b1) * g
+//   v = b2 * v + (1 - b2) * g * g
+//   denom = sqrt(v) / sqrt(1 - b2^step) + eps
+//   p = p - (lr / (1 - b1^step)) * m / denom
+//
+// which equals backend.h's p -= lr * (wd p + m_hat / (sqrt(v_hat) + eps)) with
+// m_hat = m / (1 - b1^step), v_hat = v / (1 - b2^step). The bias corrections,
+// 1 - lr * wd and lr / (1 - b1^step) are computed in double (as PyTorch does
+// with Python floats) and applied in fp32.
+//
+// Shapes: param, grad, m, v f32, all the same shape. m and v are the optimizer
+// state (updated in place, zero before step 1); step is 1-based.
+#pragma once
+
+#include "kernels/backend.h"
+#include "kernels/tensor.h"
+
+namespace sbp::cpu {
+
+void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& params);
+
+}  // namespace sbp::cpu

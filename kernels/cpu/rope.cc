@@ -1,0 +1,66 @@
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace sbp::cpu {
+namespace {
+
+constexpr int64_t kParallelMinElements = 1 << 14;
+
+// Rotates every head of every row of x by +angle (sign = 1) or -angle (sign = -1).
+void Rotate(Tensor& x, int64_t position_offset, double theta, float sign, const char* name) {
+  CHECK(x.defined()) << name << " is undefined";
+  CHECK(x.device().is_cpu()) << name << " must be on the cpu, got " << x.DebugString();
+  CHECK(x.dtype() == DType::kF32) << name << " must be f32, got " << x.DebugString();
+  CHECK(x.is_contiguous()) << name << " must be contiguous, got " << x.DebugString();
+  CHECK(x.rank() == 3 && x.dim(2) % 2 == 0 && x.dim(2) > 0)
+      << name << " must be [T, H, head_dim] with an even head_dim, got " << x.DebugString();
+  CHECK_GE(position_offset, 0) << "negative rope position offset";
+  CHECK(theta > 0) << "rope theta must be positive, got " << theta;
+  const int64_t rows = x.dim(0);
+  const int64_t heads = x.dim(1);
+  const int64_t d = x.dim(2);
+  const int64_t half = d / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  }
+  float* data = x.data<float>();
+#pragma omp parallel if (rows * heads * d >= kParallelMinElements)
+  {
+    std::vector<float> cos_row(static_cast<size_t>(half));
+    std::vector<float> sin_row(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < rows; ++t) {
+      const double position = static_cast<double>(position_offset + t);
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = position * inv_freq[i];
+        cos_row[i] = static_cast<float>(std::cos(angle));
+        sin_row[i] = sign * static_cast<float>(std::sin(angle));
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        float* x1 = data + (t * heads + h) * d;
+        float* x2 = x1 + half;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = x1[i], b = x2[i];
+          x1[i] = a * cos_row[i] - b * sin_row[i];
+          x2[i] = b * cos_row[i] + a * sin_row[i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void RopeForward(Tensor& x, int64_t position_offset, double theta) {
+  Rotate(x, position_offset, theta, 1.0f, "x");
+}
+
+void RopeBackward(Tensor& dx, int64_t position_offset, double theta) {
+  Rotate(dx, position_offset, theta, -1.0f, "dx");
+}
+
+}  // namespace sbp::cpu
