@@ -1,7 +1,5 @@
 #include "client/bench_command.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +10,7 @@
 #include "client/cli_common.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/sgemm_peak.h"
 #include "kernels/random.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/batch.h"
@@ -34,20 +33,6 @@ struct BenchOptions {
   int steps = 1;
   uint64_t seed = 1;
 };
-
-// The machine's plain sgemm rate (best of three 2048^3 products), GFLOP/s.
-double MeasureSgemmGflops() {
-  const int n = 2048;
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-  double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    const auto start = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return 2.0 * n * n * n / best / 1e9;
-}
 
 absl::Status RunBench(const BenchOptions& o) {
   CpuAllocator allocator;
@@ -73,7 +58,7 @@ absl::Status RunBench(const BenchOptions& o) {
   sequence.labels = sequence.input_ids;
   const std::vector<TokenSequence> batch = {sequence};
 
-  const double sgemm_gflops = MeasureSgemmGflops();
+  const double sgemm_gflops = cpu::MeasureSgemmGflops();
   const double flops = TrainingFlops(config, o.seq_len);
   ModelTensors w = BindModelTensors(weights);
   ModelTensors g = BindModelTensors(grads);

@@ -7,6 +7,7 @@
 #include "client/cli_common.h"
 #include "client/grad_command.h"
 #include "client/model_command.h"
+#include "client/train_command.h"
 #include "common/version.h"
 #include "kernels/device_info.h"
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   sbp::cli::AddModelCommand(app, &exit_code);
   sbp::cli::AddGradCommand(app, &exit_code);
   sbp::cli::AddBenchCommand(app, &exit_code);
+  sbp::cli::AddTrainCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

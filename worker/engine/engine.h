@@ -63,6 +63,7 @@ class Engine {
                                  const Tensor& targets, TokenLoss& loss);
 
   const EngineOptions& options() const { return options_; }
+  const ModelConfig& config() const { return config_; }
 
  private:
   struct Plan {
@@ -74,7 +75,7 @@ class Engine {
                                              int64_t logits_chunk, Tensor* d_hidden,
                                              ModelTensors* grads);
 
-  const ModelConfig& config_;
+  const ModelConfig config_;
   Backend& backend_;
   EngineOptions options_;
 };

@@ -1,0 +1,43 @@
+// Progress display of a training run: a one-line bar redrawn in place on a
+// terminal (step/total, loss, tokens/s, peak memory, ETA), plain log lines
+// otherwise.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace sbp::cli {
+
+struct ProgressSample {
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  double loss = 0;
+  double tokens_per_second = 0;
+  int64_t peak_bytes = 0;
+  double eta_seconds = -1;  // < 0: unknown
+};
+
+class ProgressPrinter {
+ public:
+  // `interactive`: redraw one line (a terminal); otherwise print a line every
+  // `every` steps and on the last step.
+  ProgressPrinter(std::FILE* out, bool interactive, int64_t every);
+  void Update(const ProgressSample& sample);
+  // Ends the in-place line (before other output).
+  void Finish();
+
+ private:
+  std::FILE* out_;
+  bool interactive_;
+  int64_t every_;
+  bool open_line_ = false;
+};
+
+// "1:02:03" / "4:05".
+std::string FormatDuration(double seconds);
+// The bar line itself (no newline), e.g.
+// "[########------------]  40/100  loss 2.3012  1.2k tok/s  peak 1.1 GiB  ETA 0:42".
+std::string ProgressLine(const ProgressSample& sample, int width = 20);
+
+}  // namespace sbp::cli

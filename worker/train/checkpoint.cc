@@ -1,0 +1,162 @@
+#include "worker/train/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "kernels/allocator.h"
+#include "worker/model/file_util.h"
+#include "worker/model/model_io.h"
+#include "worker/model/safetensors.h"
+
+namespace sbp {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kStatePrefix[] = "step-";
+
+std::string CheckpointsDir(const std::string& run_dir) { return run_dir + "/checkpoints"; }
+
+absl::Status FsError(const std::error_code& ec, const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", ec.message()));
+}
+
+// Steps of the complete checkpoints (those with trainer_state.json), ascending.
+std::vector<int64_t> CompleteCheckpointSteps(const std::string& run_dir) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(CheckpointsDir(run_dir), ec)) {
+    const std::string name = entry.path().filename().string();
+    absl::string_view rest = name;
+    int64_t step = 0;
+    if (!absl::ConsumePrefix(&rest, kStatePrefix) || !absl::SimpleAtoi(rest, &step)) continue;
+    if (fs::exists(entry.path() / "trainer_state.json")) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+NamedTensors Prefixed(const ParameterStore& store, const std::string& prefix) {
+  NamedTensors out;
+  for (auto& [name, tensor] : store.NamedTensors()) out.emplace_back(prefix + name, tensor);
+  return out;
+}
+
+absl::Status LoadPrefixed(const SafetensorsFile& file, const std::string& prefix,
+                          ParameterStore& store, Allocator& allocator) {
+  NamedTensors loaded;
+  for (const auto& [name, tensor] : store.NamedTensors()) {
+    ASSIGN_OR_RETURN(Tensor t, file.ReadAsF32(prefix + name, allocator));
+    loaded.emplace_back(name, std::move(t));
+  }
+  return CopyIntoStore(loaded, store);
+}
+
+}  // namespace
+
+nlohmann::json TrainerState::ToJson() const {
+  return {{"step", step},
+          {"data_cursor", nlohmann::json::parse(data_cursor.empty() ? "null" : data_cursor)},
+          {"job_name", job_name},
+          {"last_loss", last_loss},
+          {"tokens_seen", tokens_seen}};
+}
+
+absl::StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& json,
+                                                    const std::string& source) {
+  TrainerState s;
+  try {
+    s.step = json.at("step").get<int64_t>();
+    s.data_cursor = json.at("data_cursor").dump();
+    s.job_name = json.value("job_name", "");
+    s.last_loss = json.value("last_loss", 0.0);
+    s.tokens_seen = json.value("tokens_seen", int64_t{0});
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what()));
+  }
+  if (s.step < 0) return absl::InvalidArgumentError(absl::StrCat(source, ": negative step"));
+  return s;
+}
+
+std::string CheckpointPath(const std::string& run_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%s%08lld", kStatePrefix, static_cast<long long>(step));
+  return CheckpointsDir(run_dir) + "/" + name;
+}
+
+absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& weights,
+                            const ParameterStore& exp_avg, const ParameterStore& exp_avg_sq,
+                            const TrainerState& state, int64_t keep_last) {
+  const std::string final_dir = CheckpointPath(run_dir, state.step);
+  const std::string temp_dir =
+      CheckpointsDir(run_dir) + "/.tmp-" + fs::path(final_dir).filename().string();
+  std::error_code ec;
+  fs::remove_all(temp_dir, ec);
+  fs::create_directories(temp_dir, ec);
+  if (ec) return FsError(ec, "creating " + temp_dir);
+
+  RETURN_IF_ERROR(SaveModelDirectory(temp_dir, weights.config(), weights.NamedTensors(),
+                                     DType::kF32));
+  NamedTensors moments = Prefixed(exp_avg, "exp_avg.");
+  for (auto& entry : Prefixed(exp_avg_sq, "exp_avg_sq.")) moments.push_back(std::move(entry));
+  RETURN_IF_ERROR(WriteSafetensors(temp_dir + "/optimizer.safetensors", moments,
+                                   {{"format", "sbp-adamw"}}, DType::kF32));
+  RETURN_IF_ERROR(
+      WriteFileAtomically(temp_dir + "/trainer_state.json", state.ToJson().dump(2) + "\n"));
+  RETURN_IF_ERROR(SyncDirectory(temp_dir));
+
+  fs::remove_all(final_dir, ec);
+  fs::rename(temp_dir, final_dir, ec);
+  if (ec) return FsError(ec, "renaming " + temp_dir + " to " + final_dir);
+  RETURN_IF_ERROR(SyncDirectory(CheckpointsDir(run_dir)));
+  RETURN_IF_ERROR(WriteFileAtomically(CheckpointsDir(run_dir) + "/latest",
+                                      fs::path(final_dir).filename().string() + "\n"));
+
+  if (keep_last > 0) {
+    std::vector<int64_t> steps = CompleteCheckpointSteps(run_dir);
+    for (size_t i = 0; i + keep_last < steps.size(); ++i) {
+      fs::remove_all(CheckpointPath(run_dir, steps[i]), ec);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& run_dir) {
+  auto latest = ReadFileToString(CheckpointsDir(run_dir) + "/latest");
+  if (latest.ok()) {
+    const std::string dir =
+        CheckpointsDir(run_dir) + "/" + std::string(absl::StripAsciiWhitespace(*latest));
+    if (fs::exists(dir + "/trainer_state.json")) return std::optional<std::string>(dir);
+  }
+  // No (valid) pointer: the newest complete checkpoint, if any.
+  const std::vector<int64_t> steps = CompleteCheckpointSteps(run_dir);
+  if (steps.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(CheckpointPath(run_dir, steps.back()));
+}
+
+absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& checkpoint_dir,
+                                            ParameterStore& weights, ParameterStore& exp_avg,
+                                            ParameterStore& exp_avg_sq) {
+  CpuAllocator staging;
+  ASSIGN_OR_RETURN(ModelWeights model, LoadModelDirectory(checkpoint_dir, staging));
+  RETURN_IF_ERROR(Annotate(CopyIntoStore(model.params, weights), checkpoint_dir));
+  ASSIGN_OR_RETURN(SafetensorsFile moments,
+                   SafetensorsFile::Open(checkpoint_dir + "/optimizer.safetensors"));
+  RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg.", exp_avg, staging));
+  RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg_sq.", exp_avg_sq, staging));
+  const std::string state_path = checkpoint_dir + "/trainer_state.json";
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(state_path));
+  nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(state_path, ": not valid JSON"));
+  }
+  return TrainerState::FromJson(json, state_path);
+}
+
+}  // namespace sbp

@@ -1,0 +1,54 @@
+#include "worker/train/optimizer.h"
+
+#include <cmath>
+
+#include "common/status_macros.h"
+
+namespace sbp {
+
+absl::StatusOr<AdamWOptimizer> AdamWOptimizer::Create(const ModelConfig& config,
+                                                      Backend& backend, const TrainSpec& train) {
+  ASSIGN_OR_RETURN(ParameterStore m,
+                   ParameterStore::Create(config, backend.allocator(), "AdamW exp_avg"));
+  ASSIGN_OR_RETURN(ParameterStore v,
+                   ParameterStore::Create(config, backend.allocator(), "AdamW exp_avg_sq"));
+  return AdamWOptimizer(backend, train, std::move(m), std::move(v));
+}
+
+double AdamWOptimizer::GlobalGradNorm(Backend& backend, const ParameterStore& grads) {
+  double sum = 0;
+  for (const ParameterGroup& group : grads.groups()) {
+    sum += backend.SumSquares(group.flat.Rows(0, group.numel));
+  }
+  return std::sqrt(sum);
+}
+
+void AdamWOptimizer::Step(ParameterStore& weights, const ParameterStore& grads, double lr,
+                          int64_t step, float grad_scale) {
+  AdamWParams params;
+  params.lr = lr;
+  params.beta1 = train_.beta1;
+  params.beta2 = train_.beta2;
+  params.eps = train_.eps;
+  params.step = step;
+  params.grad_scale = grad_scale;
+  for (size_t g = 0; g < weights.groups().size(); ++g) {
+    ParameterGroup& w = weights.groups()[g];
+    const ParameterGroup& dw = grads.groups()[g];
+    ParameterGroup& m = m_.groups()[g];
+    ParameterGroup& v = v_.groups()[g];
+    for (size_t i = 0; i < w.tensors.size(); ++i) {
+      const ParamKind kind = w.specs[i].kind;
+      params.weight_decay =
+          (kind == ParamKind::kNorm || kind == ParamKind::kBias) ? 0.0 : train_.weight_decay;
+      backend_->AdamW(w.tensors[i], dw.tensors[i], m.tensors[i], v.tensors[i], params);
+    }
+  }
+}
+
+float ClipScale(double grad_norm, double max_norm) {
+  if (max_norm <= 0 || !std::isfinite(grad_norm)) return 1.0f;
+  return static_cast<float>(std::min(1.0, max_norm / (grad_norm + 1e-6)));
+}
+
+}  // namespace sbp

@@ -1,0 +1,40 @@
+// One optimizer step's forward and backward for each objective: the examples
+// of the step are split into micro-batches of `micro_batch_sequences`, and
+// every normaliser (valid targets for SFT, pairs for DPO, completion tokens or
+// sequences for GRPO) is counted over the whole step before the first
+// micro-batch runs, so accumulation is exact.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "worker/engine/engine.h"
+#include "worker/engine/parameter_store.h"
+#include "worker/train/dataset.h"
+#include "worker/train/job_spec.h"
+
+namespace sbp {
+
+struct ObjectiveStepResult {
+  double loss = 0;
+  int64_t tokens = 0;        // tokens run through the policy's forward + backward
+  double model_flops = 0;    // TrainingFlops of those sequences
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+class StepObjective {
+ public:
+  virtual ~StepObjective() = default;
+  // Gradients of the step's mean loss over `indices` ACCUMULATE into `grads`.
+  virtual absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
+                                                  ModelTensors& grads) = 0;
+};
+
+// `reference` is null when the objective needs none.
+absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
+    const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& weights,
+    Engine& reference_engine, const ModelTensors* reference);
+
+}  // namespace sbp

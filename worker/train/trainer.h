@@ -1,0 +1,65 @@
+// The training loop behind `sbp train` and the worker: load the model and the
+// data, resume from the newest checkpoint of the run, then per optimizer step
+// take `sequences_per_step` examples, run them in micro-batches through the
+// objective with normalisers counted over the whole step, clip the global
+// gradient norm, apply AdamW with the scheduled learning rate, append a line
+// to <run>/metrics.jsonl and checkpoint every `checkpoint.every_steps` steps
+// and at the end. Deterministic: a resumed run continues bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "worker/train/job_spec.h"
+
+namespace sbp {
+
+struct StepReport {
+  int64_t step = 0;
+  int64_t total_steps = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  int64_t tokens = 0;           // tokens processed in this step
+  int64_t tokens_total = 0;     // since the start of the run (incl. before resume)
+  double step_seconds = 0;
+  double tokens_per_second = 0;
+  double mfu = 0;               // model FLOP rate / the device's reference peak
+  int64_t peak_bytes = 0;       // allocator peak since the run started
+  int64_t current_bytes = 0;
+  nlohmann::json extra;         // objective figures (DPO accuracy, GRPO KL, ...)
+  nlohmann::json ToJson() const;
+};
+
+class TrainingObserver {
+ public:
+  virtual ~TrainingObserver() = default;
+  virtual void OnStart(const JobSpec& spec, int64_t resumed_step, int64_t capacity_bytes) {}
+  virtual void OnStep(const StepReport& report) {}
+  virtual void OnCheckpoint(int64_t step, const std::string& path) {}
+  // Polled before every step; true ends the run cleanly after the current
+  // step (a checkpoint is written).
+  virtual bool StopRequested() { return false; }
+};
+
+struct TrainOptions {
+  std::string base_dir = ".";  // relative paths in the spec resolve against it
+  bool resume = true;          // continue from the newest checkpoint of the run
+  int64_t stop_after_step = 0; // > 0: stop (with a checkpoint) after this step
+};
+
+struct TrainSummary {
+  int64_t first_step = 0;   // the first step this run executed
+  int64_t last_step = 0;    // the last completed step
+  double final_loss = 0;
+  bool stopped_early = false;
+  std::string last_checkpoint;
+  int64_t peak_bytes = 0;
+};
+
+absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions& options,
+                                         TrainingObserver* observer);
+
+}  // namespace sbp
