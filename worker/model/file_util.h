@@ -1,0 +1,71 @@
+// Small file helpers for model I/O: whole-file reads, read-only memory maps and
+// crash-safe writes (write `path.tmp`, fsync, rename over `path`, fsync the
+// directory), so a reader never sees a half-written file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace sbp {
+
+// Whole file contents. NotFound when it does not exist.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Read-only view of a whole file (mmap; an empty file maps to no bytes).
+class MappedFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  absl::string_view bytes() const {
+    return absl::string_view(static_cast<const char*>(data_), size_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile(std::string path, void* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  std::string path_;
+  void* data_;
+  size_t size_;
+};
+
+// Writes `path` atomically: Append() goes to `path.tmp`; Commit() fsyncs it,
+// renames it over `path` and fsyncs the directory. Destroying an uncommitted
+// writer removes the temporary file.
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  absl::Status Append(absl::string_view bytes);
+  absl::Status Commit();
+  int64_t bytes_written() const { return written_; }
+
+ private:
+  AtomicFileWriter(std::string path, std::string temp_path, int fd)
+      : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+  std::string path_;
+  std::string temp_path_;
+  int fd_;
+  int64_t written_ = 0;
+  bool committed_ = false;
+};
+
+// AtomicFileWriter for a string.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+
+// fsync of a directory (makes renames inside it durable).
+absl::Status SyncDirectory(const std::string& dir);
+
+}  // namespace sbp
