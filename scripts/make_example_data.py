@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Writes the small example datasets in examples/data/ for the tiny presets.
+
+The task is "reverse the prompt": a prompt is BOS, 7-30 random symbols and SEP;
+the answer is the symbols in reverse order, then EOS. A tiny model learns it
+visibly within a few hundred steps.
+
+  tiny-sft.jsonl   {"prompt_ids", "completion_ids"}: the correct reversal
+  tiny-dpo.jsonl   {"prompt_ids", "chosen_ids", "rejected_ids"}: chosen is the
+                   correct reversal, rejected a corrupted one
+  tiny-grpo.jsonl  {"prompt_ids", "completions": [{"ids", "reward"}] x 4}:
+                   candidates with some tokens wrong; reward = fraction of
+                   positions that match the correct answer
+
+Token ids (vocabulary 256): 1 BOS, 2 SEP, 3 EOS, symbols 16..47.
+Standard library only; the output is the same on every run and platform.
+
+  python3 scripts/make_example_data.py [--out-dir examples/data] [--seed 1]
+"""
+
+import argparse
+import json
+import os
+import random
+
+BOS, SEP, EOS = 1, 2, 3
+FIRST_SYMBOL, NUM_SYMBOLS = 16, 32
+MIN_LEN, MAX_LEN = 7, 30  # sequences are 2 * len + 3 = 17..63 tokens
+LINES = 256
+GROUP_SIZE = 4
+
+
+def symbols(rng, n):
+    return [FIRST_SYMBOL + rng.randrange(NUM_SYMBOLS) for _ in range(n)]
+
+
+def example(rng):
+    """(prompt, answer) for one random string."""
+    x = symbols(rng, rng.randint(MIN_LEN, MAX_LEN))
+    return [BOS] + x + [SEP], x[::-1] + [EOS]
+
+
+def other_symbol(rng, token):
+    while True:
+        s = symbols(rng, 1)[0]
+        if s != token:
+            return s
+
+
+def corrupt(rng, answer, rate):
+    """Replaces each symbol of `answer` (not the EOS) with probability `rate`."""
+    out = list(answer)
+    for i in range(len(out) - 1):
+        if rng.random() < rate:
+            out[i] = other_symbol(rng, out[i])
+    return out
+
+
+def rejected_answer(rng, prompt, answer):
+    """A plausible wrong answer: the unreversed copy, a few wrong symbols, or a swap."""
+    kind = rng.randrange(3)
+    x = prompt[1:-1]
+    if kind == 0 and x != x[::-1]:
+        return x + [EOS]
+    if kind == 1 or len(answer) < 3:
+        out = list(answer)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(out) - 1)
+            out[i] = other_symbol(rng, out[i])
+        return out
+    out = list(answer)
+    i = rng.randrange(len(out) - 2)
+    if out[i] == out[i + 1]:
+        out[i] = other_symbol(rng, out[i])
+    else:
+        out[i], out[i + 1] = out[i + 1], out[i]
+    return out
+
+
+def reward(candidate, answer):
+    matches = sum(1 for a, b in zip(candidate, answer) if a == b)
+    return round(matches / len(answer), 4)
+
+
+def dumps(obj):
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser.add_argument("--out-dir", default=os.path.join(root, "examples", "data"))
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+
+    sft, dpo, grpo = [], [], []
+    rng = random.Random(args.seed)
+    for _ in range(LINES):
+        prompt, answer = example(rng)
+        sft.append({"prompt_ids": prompt, "completion_ids": answer})
+    rng = random.Random(args.seed + 1)
+    for _ in range(LINES):
+        prompt, answer = example(rng)
+        dpo.append({"prompt_ids": prompt, "chosen_ids": answer,
+                    "rejected_ids": rejected_answer(rng, prompt, answer)})
+    rng = random.Random(args.seed + 2)
+    for _ in range(LINES):
+        prompt, answer = example(rng)
+        completions = []
+        for _ in range(GROUP_SIZE):
+            ids = corrupt(rng, answer, rng.choice([0.0, 0.1, 0.3, 0.6, 1.0]))
+            completions.append({"ids": ids, "reward": reward(ids, answer)})
+        grpo.append({"prompt_ids": prompt, "completions": completions})
+
+    for name, rows in (("tiny-sft.jsonl", sft), ("tiny-dpo.jsonl", dpo),
+                       ("tiny-grpo.jsonl", grpo)):
+        path = os.path.join(args.out_dir, name)
+        with open(path, "w", encoding="ascii", newline="\n") as f:
+            for row in rows:
+                f.write(dumps(row) + "\n")
+        print(f"wrote {path}: {len(rows)} lines, {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()

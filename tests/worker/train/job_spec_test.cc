@@ -1,0 +1,475 @@
+#include "worker/train/job_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "tests/worker/train/test_util.h"
+
+namespace sbp {
+namespace {
+
+using ::testing::HasSubstr;
+using train_testing::MakeTempDir;
+using train_testing::WriteFile;
+
+// The example of DESIGN.md §5.
+constexpr char kDesignExample[] = R"yaml(
+name: tiny-sft
+model: examples/models/tiny-qwen3       # Hugging Face directory
+data: examples/data/tiny-sft.jsonl
+objective: sft                          # sft | dpo | grpo
+seq_len: 4096
+streambp: {mode: stream, chunk_tokens: auto, logits_chunk_tokens: auto}
+train: {steps: 100, sequences_per_step: 8, lr: 1.0e-4, schedule: cosine,
+        warmup_steps: 10, weight_decay: 0.0, max_grad_norm: 1.0, seed: 1, precision: fp32}
+dpo: {beta: 0.1, reference: examples/models/tiny-qwen3}
+grpo: {beta: 0.04, epsilon: 0.2, loss: grpo}
+resources: {world_size: 2, device: cpu}
+checkpoint: {every_steps: 50, dir: runs/tiny-sft}
+max_restarts: 3
+priority: 0
+)yaml";
+
+constexpr char kMinimal[] = "name: job\nmodel: m\ndata: d.jsonl\nobjective: sft\nseq_len: 64\n";
+
+JobSpec MustParse(absl::string_view yaml) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : JobSpec();
+}
+
+TEST(JobSpecTest, DesignExampleParses) {
+  const JobSpec s = MustParse(kDesignExample);
+  EXPECT_EQ(s.name, "tiny-sft");
+  EXPECT_EQ(s.model, "examples/models/tiny-qwen3");
+  EXPECT_EQ(s.data, "examples/data/tiny-sft.jsonl");
+  EXPECT_EQ(s.objective, Objective::kSft);
+  EXPECT_EQ(s.seq_len, 4096);
+  EXPECT_EQ(s.truncation, Truncation::kReject);
+  EXPECT_EQ(s.streambp.mode, BackwardMode::kStream);
+  EXPECT_EQ(s.streambp.chunk_tokens, 0);
+  EXPECT_EQ(s.streambp.logits_chunk_tokens, 0);
+  EXPECT_EQ(s.train.steps, 100);
+  EXPECT_EQ(s.train.sequences_per_step, 8);
+  EXPECT_EQ(s.train.micro_batch_sequences, 8);
+  EXPECT_DOUBLE_EQ(s.train.lr, 1e-4);
+  EXPECT_EQ(s.train.schedule, LrSchedule::kCosine);
+  EXPECT_EQ(s.train.warmup_steps, 10);
+  EXPECT_EQ(s.train.weight_decay, 0.0);
+  EXPECT_EQ(s.train.max_grad_norm, 1.0);
+  EXPECT_EQ(s.train.seed, 1);
+  EXPECT_EQ(s.train.precision, Precision::kFp32);
+  EXPECT_EQ(s.train.beta1, 0.9);
+  EXPECT_EQ(s.train.beta2, 0.999);
+  EXPECT_EQ(s.train.eps, 1e-8);
+  EXPECT_EQ(s.train.min_lr_ratio, 0.0);
+  EXPECT_TRUE(s.train.shuffle);
+  EXPECT_EQ(s.dpo.beta, 0.1);
+  EXPECT_EQ(s.dpo.reference, "examples/models/tiny-qwen3");
+  EXPECT_EQ(s.grpo.beta, 0.04);
+  EXPECT_EQ(s.grpo.epsilon, 0.2);
+  EXPECT_EQ(s.grpo.loss, GrpoLoss::kGrpo);
+  EXPECT_EQ(s.grpo.reference, "examples/models/tiny-qwen3");
+  EXPECT_EQ(s.resources.world_size, 2);
+  EXPECT_EQ(s.resources.device, DeviceKind::kCpu);
+  EXPECT_EQ(s.resources.memory_bytes, 0);
+  EXPECT_EQ(s.checkpoint.every_steps, 50);
+  EXPECT_EQ(s.checkpoint.dir, "runs/tiny-sft");
+  EXPECT_EQ(s.checkpoint.keep_last, 0);
+  EXPECT_EQ(s.max_restarts, 3);
+  EXPECT_EQ(s.priority, 0);
+}
+
+TEST(JobSpecTest, DefaultsFillDependentFields) {
+  const JobSpec s = MustParse(kMinimal);
+  EXPECT_EQ(s.train.micro_batch_sequences, s.train.sequences_per_step);
+  EXPECT_EQ(s.dpo.reference, "m");
+  EXPECT_EQ(s.grpo.reference, "m");
+  EXPECT_EQ(s.checkpoint.dir, "runs/job");
+  EXPECT_EQ(s.resources.world_size, 1);
+  EXPECT_EQ(s.streambp.mode, BackwardMode::kStream);
+  // Null values and empty blocks mean "default".
+  const JobSpec t = MustParse(absl::StrCat(kMinimal, "train:\ndpo:\ngrpo: {}\nmax_restarts:\n"));
+  EXPECT_EQ(s, t);
+}
+
+TEST(JobSpecTest, ReadsEveryOptionalForm) {
+  const std::string yaml = absl::StrReplaceAll(absl::StrCat(kMinimal, R"yaml(truncation: truncate
+log_every_steps: 5
+streambp: {mode: checkpoint, chunk_tokens: 16, logits_chunk_tokens: 32}
+train:
+  steps: 7
+  sequences_per_step: 6
+  micro_batch_sequences: 2
+  lr: 3e-3
+  schedule: linear
+  min_lr_ratio: 0.1
+  betas: [0.8, 0.95]
+  eps: 1.0e-6
+  seed: 42
+  epochs: 3
+  shuffle: false
+  precision: bf16
+dpo: {beta: 0.5, reference: ref}
+grpo: {loss: dr_grpo, beta: 0}
+resources: {world_size: 3, device: cuda, memory: 8GiB}
+checkpoint: {every_steps: 10, dir: out/ck, keep_last: 2}
+priority: -5
+)yaml"),
+                                               {{"objective: sft", "objective: dpo"}});
+  const JobSpec t = MustParse(yaml);
+  EXPECT_EQ(t.objective, Objective::kDpo);
+  EXPECT_EQ(t.truncation, Truncation::kTruncate);
+  EXPECT_EQ(t.log_every_steps, 5);
+  EXPECT_EQ(t.streambp.mode, BackwardMode::kCheckpoint);
+  EXPECT_EQ(t.streambp.chunk_tokens, 16);
+  EXPECT_EQ(t.streambp.logits_chunk_tokens, 32);
+  EXPECT_EQ(t.train.steps, 7);
+  EXPECT_EQ(t.train.micro_batch_sequences, 2);
+  EXPECT_EQ(t.train.lr, 3e-3);
+  EXPECT_EQ(t.train.schedule, LrSchedule::kLinear);
+  EXPECT_EQ(t.train.min_lr_ratio, 0.1);
+  EXPECT_EQ(t.train.beta1, 0.8);
+  EXPECT_EQ(t.train.beta2, 0.95);
+  EXPECT_EQ(t.train.eps, 1e-6);
+  EXPECT_EQ(t.train.seed, 42);
+  EXPECT_EQ(t.train.epochs, 3);
+  EXPECT_FALSE(t.train.shuffle);
+  EXPECT_EQ(t.train.precision, Precision::kBf16);
+  EXPECT_EQ(t.dpo.beta, 0.5);
+  EXPECT_EQ(t.dpo.reference, "ref");
+  EXPECT_EQ(t.grpo.loss, GrpoLoss::kDrGrpo);
+  EXPECT_EQ(t.grpo.beta, 0.0);
+  EXPECT_EQ(t.resources.world_size, 3);
+  EXPECT_EQ(t.resources.device, DeviceKind::kCuda);
+  EXPECT_EQ(t.resources.memory_bytes, int64_t{8} << 30);
+  EXPECT_EQ(t.checkpoint.every_steps, 10);
+  EXPECT_EQ(t.checkpoint.dir, "out/ck");
+  EXPECT_EQ(t.checkpoint.keep_last, 2);
+  EXPECT_EQ(t.priority, -5);
+}
+
+struct ErrorCase {
+  std::string yaml;      // appended to kMinimal unless `whole`
+  std::string fragment;  // expected in the message
+  bool whole = false;
+};
+
+class JobSpecErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(JobSpecErrorTest, NamesSourceFieldAndReason) {
+  const ErrorCase& c = GetParam();
+  const std::string yaml = c.whole ? c.yaml : absl::StrCat(kMinimal, c.yaml);
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+  ASSERT_FALSE(spec.ok()) << yaml;
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr(c.fragment)) << yaml;
+  EXPECT_THAT(std::string(spec.status().message()), ::testing::StartsWith("job.yaml: "));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Errors, JobSpecErrorTest,
+    ::testing::Values(
+        ErrorCase{"train: {lr: -1}\n", "job.yaml: train.lr: must be a positive number (got -1)"},
+        ErrorCase{"train: {lr: fast}\n", "job.yaml: train.lr: must be a number (got 'fast')"},
+        ErrorCase{"streambp: {mode: fast}\n",
+                  "job.yaml: streambp.mode: must be one of stream, checkpoint, full (got 'fast')"},
+        ErrorCase{"trian: {steps: 1}\n", "job.yaml: unknown key 'trian' (did you mean 'train'?)"},
+        ErrorCase{"train: {stpes: 1}\n",
+                  "job.yaml: train: unknown key 'stpes' (did you mean 'steps'?)"},
+        ErrorCase{"lr: 0.1\n", "job.yaml: unknown key 'lr' (did you mean 'train.lr'?)"},
+        ErrorCase{"zzzzzz: 1\n", "job.yaml: unknown key 'zzzzzz' (expected one of name, model"},
+        ErrorCase{"train: {steps: ten}\n", "job.yaml: train.steps: must be an integer (got 'ten')"},
+        ErrorCase{"train: {steps: 1.5}\n", "train.steps: must be an integer (got 1.5)"},
+        ErrorCase{"train: {steps: 0}\n", "train.steps: must be a positive integer (got 0)"},
+        ErrorCase{"train: {warmup_steps: -2}\n",
+                  "train.warmup_steps: must be a non-negative integer (got -2)"},
+        ErrorCase{"seq_len: [1]\n", "job.yaml: duplicate key 'seq_len'"},
+        ErrorCase{"name: j\nmodel: m\ndata: d\nobjective: sft\n",
+                  "job.yaml: missing required field 'seq_len'", true},
+        ErrorCase{"model: m\ndata: d\nobjective: sft\nseq_len: 8\n",
+                  "job.yaml: missing required field 'name'", true},
+        ErrorCase{"name: j\ndata: d\nobjective: sft\nseq_len: 8\n",
+                  "job.yaml: missing required field 'model'", true},
+        ErrorCase{"name: j\nmodel: m\nobjective: sft\nseq_len: 8\n",
+                  "job.yaml: missing required field 'data'", true},
+        ErrorCase{"name: j\nmodel: m\ndata: d\nseq_len: 8\n",
+                  "job.yaml: missing required field 'objective'", true},
+        ErrorCase{"name: j\nmodel: m\ndata: d\nobjective: ppo\nseq_len: 8\n",
+                  "job.yaml: objective: must be one of sft, dpo, grpo (got 'ppo')", true},
+        ErrorCase{"name: j\nmodel: m\ndata: d\nobjective: sft\nseq_len: -8\n",
+                  "job.yaml: seq_len: must be a positive integer (got -8)", true},
+        ErrorCase{"name: my job\nmodel: m\ndata: d\nobjective: sft\nseq_len: 8\n",
+                  "job.yaml: name: must start with a letter or digit", true},
+        ErrorCase{"name: j\nmodel: [a, b]\ndata: d\nobjective: sft\nseq_len: 8\n",
+                  "job.yaml: model: must be a string (got a list)", true},
+        ErrorCase{"name: j\nmodel: ''\ndata: d\nobjective: sft\nseq_len: 8\n",
+                  "job.yaml: model: must not be empty", true},
+        ErrorCase{"streambp: {chunk_tokens: big}\n",
+                  "job.yaml: streambp.chunk_tokens: must be 'auto' or a positive integer (got "
+                  "'big')"},
+        ErrorCase{"streambp: {logits_chunk_tokens: 0}\n",
+                  "streambp.logits_chunk_tokens: must be 'auto' or a positive integer (got 0)"},
+        ErrorCase{"train: 5\n", "job.yaml: train: must be a mapping (got 5)"},
+        ErrorCase{"- a\n- b\n", "job.yaml: the job spec must be a mapping of fields (got a list)",
+                  true},
+        ErrorCase{"", "job.yaml: the job spec is empty", true},
+        ErrorCase{"# only a comment\n", "job.yaml: the job spec is empty", true},
+        ErrorCase{"---\n", "job.yaml: the job spec is empty", true},
+        ErrorCase{"---\nname: a\n---\nname: b\n", "job.yaml: expected one YAML document, found 2",
+                  true},
+        ErrorCase{"name: j\nmodel: [a\ndata: d\n", "job.yaml: line ", true},
+        ErrorCase{"train: {lr: 1\n", "invalid YAML", true},
+        ErrorCase{"train: {schedule: step}\n",
+                  "train.schedule: must be one of constant, linear, cosine (got 'step')"},
+        ErrorCase{"train: {min_lr_ratio: 2}\n", "train.min_lr_ratio: must be a number in [0, 1]"},
+        ErrorCase{"train: {beta2: 1}\n", "train.beta2: must be a number in [0, 1) (got 1)"},
+        ErrorCase{"train: {betas: [0.9]}\n",
+                  "train.betas: must be a list of two numbers [beta1, beta2] (got a list)"},
+        ErrorCase{"train: {betas: [0.9, 1.5]}\n",
+                  "train.betas[1]: must be a number in [0, 1) (got 1.5)"},
+        ErrorCase{"train: {betas: [0.9, 0.99], beta1: 0.8}\n",
+                  "train.betas: give either betas or beta1/beta2, not both"},
+        ErrorCase{"train: {eps: 0}\n", "train.eps: must be a positive number (got 0)"},
+        ErrorCase{"train: {lr: .inf}\n", "train.lr: must be a number (got '.inf')"},
+        ErrorCase{"train: {lr: nan}\n", "train.lr: must be a number (got 'nan')"},
+        ErrorCase{"train: {shuffle: maybe}\n",
+                  "train.shuffle: must be true or false (got 'maybe')"},
+        ErrorCase{"train: {precision: fp8}\n",
+                  "train.precision: must be one of fp32, bf16 (got 'fp8')"},
+        ErrorCase{"train: {precision: bf16}\n", "train.precision: bf16 needs resources.device"},
+        ErrorCase{"train: {sequences_per_step: 4, micro_batch_sequences: 5}\n",
+                  "train.micro_batch_sequences: must be at most train.sequences_per_step (4) "
+                  "(got 5)"},
+        ErrorCase{"train: {steps: 10, warmup_steps: 11}\n",
+                  "train.warmup_steps: must be at most train.steps (10) (got 11)"},
+        ErrorCase{"train: {sequences_per_step: 2}\nresources: {world_size: 4}\n",
+                  "train.sequences_per_step: must be at least resources.world_size (4)"},
+        ErrorCase{"dpo: {beta: 0}\n", "dpo.beta: must be a positive number (got 0)"},
+        ErrorCase{"dpo: {referense: x}\n",
+                  "job.yaml: dpo: unknown key 'referense' (did you mean 'reference'?)"},
+        ErrorCase{"grpo: {loss: ppo}\n",
+                  "grpo.loss: must be one of grpo, bnpo, dr_grpo (got "
+                  "'ppo')"},
+        ErrorCase{"grpo: {epsilon: -0.1}\n", "grpo.epsilon: must be a positive number (got -0.1)"},
+        ErrorCase{"resources: {device: tpu}\n",
+                  "resources.device: must be one of cpu, cuda (got 'tpu')"},
+        ErrorCase{"resources: {world_size: 0}\n",
+                  "resources.world_size: must be a positive integer (got 0)"},
+        ErrorCase{"resources: {memory: lots}\n",
+                  "resources.memory: must be a positive byte size such as 8GiB or 512MiB (got "
+                  "'lots')"},
+        ErrorCase{"checkpoint: {keep_last: -1}\n",
+                  "checkpoint.keep_last: must be a non-negative integer (got -1)"},
+        ErrorCase{"checkpoint: {name: x}\n",
+                  "job.yaml: checkpoint: unknown key 'name' ('name' belongs at the top level)"},
+        ErrorCase{"max_restarts: -1\n", "max_restarts: must be a non-negative integer (got -1)"},
+        ErrorCase{"priority: high\n", "priority: must be an integer (got 'high')"},
+        ErrorCase{"log_every_steps: 0\n", "log_every_steps: must be a positive integer (got 0)"}));
+
+TEST(JobSpecTest, SourceNameMayBeEmpty) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(absl::StrCat(kMinimal, "train: {lr: -1}\n"), "");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "train.lr: must be a positive number (got -1)");
+}
+
+TEST(JobSpecTest, SyntaxErrorHasLineAndColumn) {
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("name: j\nmodel: m\ntrain: {lr: 1, steps: [}\n", "job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("job.yaml: line 3, column "));
+  EXPECT_THAT(spec.status().message(), HasSubstr("invalid YAML"));
+}
+
+TEST(JobSpecTest, GarbageNeverThrows) {
+  const std::vector<std::string> inputs = {
+      "{{{",
+      "\t\tx",
+      "key: [",
+      "- - -",
+      "a: b: c",
+      std::string("\xff\xfe\x00\x01", 4),
+      "&a [*a]",
+      "name: *undefined",
+      "? [a, b]\n: c\n",
+      "!!binary x",
+      "[[[[[[[[[[[[[[[[",
+      "name: j\nmodel: m\ndata: d\nobjective: sft\nseq_len: 99999999999999999999999\n",
+      "name: j\nmodel: m\ndata: d\nobjective: sft\nseq_len: 8\nresources: {memory: -1GiB}\n",
+      "name: j\nmodel: m\ndata: d\nobjective: sft\nseq_len: 8\n[a]: b\n"};
+  for (const std::string& text : inputs) {
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(text, "job.yaml");
+    EXPECT_FALSE(spec.ok()) << text;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  }
+}
+
+JobSpec CustomSpec() {
+  JobSpec s = MustParse(kDesignExample);
+  s.name = "custom.job_1";
+  s.model = "null";            // YAML would read a plain `null` as nothing
+  s.data = "dir: x/#d.jsonl";  // characters that need quoting
+  s.objective = Objective::kGrpo;
+  s.truncation = Truncation::kTruncate;
+  s.log_every_steps = 3;
+  s.streambp = {BackwardMode::kFull, 16, 48};
+  s.train.lr = 0.1 + 0.2;  // not a short decimal
+  s.train.micro_batch_sequences = 3;
+  s.train.schedule = LrSchedule::kLinear;
+  s.train.min_lr_ratio = 1.0 / 3.0;
+  s.train.beta1 = 0.85;
+  s.train.eps = 1e-12;
+  s.train.seed = 1234567890123;
+  s.train.precision = Precision::kBf16;
+  s.train.epochs = 2;
+  s.train.shuffle = false;
+  s.dpo = {0.25, "/abs/ref model"};
+  s.grpo = {0.0, 0.28, GrpoLoss::kBnpo, "grpo-ref"};
+  s.resources = {2, DeviceKind::kCuda, (int64_t{3} << 30) + 5};
+  s.checkpoint = {7, "runs/x y", 4};
+  s.max_restarts = 0;
+  s.priority = -3;
+  return s;
+}
+
+TEST(JobSpecTest, YamlRoundTrip) {
+  for (const JobSpec& s : {MustParse(kDesignExample), MustParse(kMinimal), CustomSpec()}) {
+    const std::string yaml = JobSpecToYaml(s);
+    absl::StatusOr<JobSpec> back = ParseJobSpec(yaml, "round.yaml");
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+    EXPECT_EQ(*back, s) << yaml;
+    EXPECT_EQ(JobSpecToYaml(*back), yaml);
+  }
+}
+
+TEST(JobSpecTest, YamlKeepsDesignOrderAndAuto) {
+  const std::string yaml = JobSpecToYaml(MustParse(kDesignExample));
+  EXPECT_LT(yaml.find("name:"), yaml.find("model:"));
+  EXPECT_LT(yaml.find("streambp:"), yaml.find("train:"));
+  EXPECT_THAT(yaml, HasSubstr("chunk_tokens: auto"));
+  EXPECT_THAT(yaml, HasSubstr("schedule: cosine"));
+}
+
+TEST(JobSpecTest, JsonRoundTrip) {
+  for (const JobSpec& s : {MustParse(kDesignExample), MustParse(kMinimal), CustomSpec()}) {
+    const std::string json = JobSpecToJson(s);
+    EXPECT_EQ(json.find('\n'), std::string::npos);
+    absl::StatusOr<JobSpec> back = JobSpecFromJson(json);
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << json;
+    EXPECT_EQ(*back, s) << json;
+    EXPECT_EQ(JobSpecToJson(*back), json);
+  }
+  EXPECT_THAT(JobSpecToJson(CustomSpec()), HasSubstr("\"memory\":\"3221225477\""));
+  EXPECT_THAT(JobSpecToJson(MustParse(kDesignExample)), HasSubstr("\"chunk_tokens\":\"auto\""));
+}
+
+TEST(JobSpecTest, JsonIsValidatedLikeYaml) {
+  absl::StatusOr<JobSpec> bad_lr = JobSpecFromJson(
+      R"({"name":"j","model":"m","data":"d","objective":"sft","seq_len":8,"train":{"lr":-1}})");
+  ASSERT_FALSE(bad_lr.ok());
+  EXPECT_EQ(bad_lr.status().message(), "job.json: train.lr: must be a positive number (got -1)");
+
+  absl::StatusOr<JobSpec> bad_type = JobSpecFromJson(
+      R"({"name":"j","model":"m","data":"d","objective":"sft","seq_len":"eight"})", "row 7");
+  ASSERT_FALSE(bad_type.ok());
+  EXPECT_EQ(bad_type.status().message(), "row 7: seq_len: must be an integer (got 'eight')");
+
+  absl::StatusOr<JobSpec> unknown = JobSpecFromJson(
+      R"({"name":"j","model":"m","data":"d","objective":"sft","seq_len":8,"trian":{}})");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("unknown key 'trian' (did you mean"));
+
+  absl::StatusOr<JobSpec> syntax = JobSpecFromJson(R"({"name":)");
+  ASSERT_FALSE(syntax.ok());
+  EXPECT_EQ(syntax.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(syntax.status().message(), HasSubstr("job.json: invalid JSON"));
+
+  absl::StatusOr<JobSpec> overflow = JobSpecFromJson(R"({"seq_len":1e999})");
+  EXPECT_EQ(overflow.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JobSpecTest, EnumNames) {
+  EXPECT_EQ(ObjectiveName(Objective::kGrpo), "grpo");
+  EXPECT_EQ(LrScheduleName(LrSchedule::kCosine), "cosine");
+  EXPECT_EQ(PrecisionName(Precision::kBf16), "bf16");
+  EXPECT_EQ(GrpoLossName(GrpoLoss::kDrGrpo), "dr_grpo");
+  EXPECT_EQ(TruncationName(Truncation::kTruncate), "truncate");
+}
+
+class JobSpecFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = MakeTempDir("job-spec-files");
+    std::filesystem::create_directories(base_ + "/models/tiny");
+    WriteFile(base_ + "/models/tiny/config.json", "{}");
+    std::filesystem::create_directories(base_ + "/models/empty");
+    WriteFile(base_ + "/data.jsonl", "{\"input_ids\": [1, 2]}\n");
+  }
+
+  JobSpec Spec(absl::string_view extra = "") {
+    return MustParse(absl::StrCat(
+        "name: j\nmodel: models/tiny\ndata: data.jsonl\nobjective: sft\nseq_len: 8\n", extra));
+  }
+
+  std::string base_;
+};
+
+TEST_F(JobSpecFilesTest, RelativePathsFromBaseDir) {
+  EXPECT_TRUE(ValidateJobSpecFiles(Spec(), base_).ok());
+  JobSpec absolute = Spec();
+  absolute.model = base_ + "/models/tiny";
+  absolute.data = base_ + "/data.jsonl";
+  EXPECT_TRUE(ValidateJobSpecFiles(absolute, "/nonexistent").ok());
+  EXPECT_EQ(ResolveJobPath("/a/b", "c/d"), "/a/b/c/d");
+  EXPECT_EQ(ResolveJobPath("/a/b", "/c"), "/c");
+  EXPECT_EQ(ResolveJobPath("", "c"), "c");
+}
+
+TEST_F(JobSpecFilesTest, NamesTheField) {
+  JobSpec s = Spec();
+  s.model = "models/missing";
+  absl::Status status = ValidateJobSpecFiles(s, base_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("model: directory '"));
+  EXPECT_THAT(status.message(), HasSubstr("models/missing' does not exist"));
+
+  s.model = "models/empty";
+  EXPECT_THAT(ValidateJobSpecFiles(s, base_).message(),
+              HasSubstr("model: directory '" + base_ + "/models/empty' has no config.json"));
+
+  s.model = "data.jsonl";
+  EXPECT_THAT(ValidateJobSpecFiles(s, base_).message(), HasSubstr("is not a directory"));
+
+  s = Spec();
+  s.data = "nope.jsonl";
+  EXPECT_THAT(ValidateJobSpecFiles(s, base_).message(),
+              HasSubstr("data: file '" + base_ + "/nope.jsonl' does not exist"));
+  s.data = "models";
+  EXPECT_THAT(ValidateJobSpecFiles(s, base_).message(), HasSubstr("data: '"));
+}
+
+TEST_F(JobSpecFilesTest, ReferenceModelOnlyWhenUsed) {
+  JobSpec dpo = Spec("dpo: {reference: models/empty}\n");
+  EXPECT_TRUE(ValidateJobSpecFiles(dpo, base_).ok());  // an SFT job ignores it
+  dpo.objective = Objective::kDpo;
+  EXPECT_THAT(
+      ValidateJobSpecFiles(dpo, base_).message(),
+      HasSubstr("dpo.reference: directory '" + base_ + "/models/empty' has no config.json"));
+  dpo.dpo.reference = "models/tiny";
+  EXPECT_TRUE(ValidateJobSpecFiles(dpo, base_).ok());
+
+  JobSpec grpo = Spec("grpo: {reference: models/empty}\n");
+  grpo.objective = Objective::kGrpo;
+  EXPECT_THAT(ValidateJobSpecFiles(grpo, base_).message(), HasSubstr("grpo.reference:"));
+  grpo.grpo.beta = 0;  // no KL term, no reference model
+  EXPECT_TRUE(ValidateJobSpecFiles(grpo, base_).ok());
+}
+
+}  // namespace
+}  // namespace sbp

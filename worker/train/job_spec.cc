@@ -1,0 +1,824 @@
+#include "worker/train/job_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/byte_size.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace sbp {
+
+absl::string_view ObjectiveName(Objective objective) {
+  switch (objective) {
+    case Objective::kSft:
+      return "sft";
+    case Objective::kDpo:
+      return "dpo";
+    case Objective::kGrpo:
+      return "grpo";
+  }
+  return "?";
+}
+
+absl::string_view LrScheduleName(LrSchedule schedule) {
+  switch (schedule) {
+    case LrSchedule::kConstant:
+      return "constant";
+    case LrSchedule::kLinear:
+      return "linear";
+    case LrSchedule::kCosine:
+      return "cosine";
+  }
+  return "?";
+}
+
+absl::string_view PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+absl::string_view GrpoLossName(GrpoLoss loss) {
+  switch (loss) {
+    case GrpoLoss::kGrpo:
+      return "grpo";
+    case GrpoLoss::kBnpo:
+      return "bnpo";
+    case GrpoLoss::kDrGrpo:
+      return "dr_grpo";
+  }
+  return "?";
+}
+
+absl::string_view TruncationName(Truncation truncation) {
+  switch (truncation) {
+    case Truncation::kReject:
+      return "reject";
+    case Truncation::kTruncate:
+      return "truncate";
+  }
+  return "?";
+}
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr size_t kMaxNameLength = 100;
+
+absl::string_view DeviceKindText(DeviceKind device) {
+  return device == DeviceKind::kCuda ? "cuda" : "cpu";
+}
+
+// ---------------------------------------------------------------------------
+// Scalars.
+
+std::optional<int64_t> ParseIntText(absl::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return std::nullopt;
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
+std::optional<double> ParseNumberText(absl::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty() || text.front() == '+') return std::nullopt;
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value, std::chars_format::general);
+  if (ec != std::errc() || ptr != end || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+std::optional<bool> ParseBoolText(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower == "false" || lower == "no" || lower == "off") return false;
+  return std::nullopt;
+}
+
+// Shortest text that reads back as the same double.
+std::string FormatDouble(double value) {
+  char buffer[64];
+  auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  if (ec != std::errc()) return absl::StrCat(value);
+  return std::string(buffer, ptr);
+}
+
+// A byte count in the largest binary unit that divides it exactly.
+std::string FormatExactByteSize(int64_t bytes) {
+  static constexpr std::pair<int64_t, const char*> kUnits[] = {{int64_t{1} << 40, "TiB"},
+                                                               {int64_t{1} << 30, "GiB"},
+                                                               {int64_t{1} << 20, "MiB"},
+                                                               {int64_t{1} << 10, "KiB"}};
+  for (const auto& [unit, suffix] : kUnits) {
+    if (bytes > 0 && bytes % unit == 0) return absl::StrCat(bytes / unit, suffix);
+  }
+  return absl::StrCat(bytes);
+}
+
+// Printable, bounded rendering of user text for messages.
+std::string Sanitize(absl::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && out.size() < 60; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += absl::StrCat("\\x", absl::Hex(c, absl::kZeroPad2));
+    }
+  }
+  if (text.size() > 60) out += "...";
+  return out;
+}
+
+// "(got ...)": numbers and booleans raw, other text quoted.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return "null";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      break;
+  }
+  const std::string& text = node.Scalar();
+  if (ParseNumberText(text) || ParseBoolText(text)) return Sanitize(text);
+  return absl::StrCat("'", Sanitize(text), "'");
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  // Optimal string alignment: insertions, deletions, substitutions and
+  // transpositions of neighbours each cost 1.
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// ---------------------------------------------------------------------------
+// The schema: allowed keys per block.
+
+const std::vector<absl::string_view>& TopKeys() {
+  static const auto* keys = new std::vector<absl::string_view>{
+      "name",       "model",           "data",       "objective",    "seq_len",
+      "truncation", "log_every_steps", "streambp",   "train",        "dpo",
+      "grpo",       "resources",       "checkpoint", "max_restarts", "priority"};
+  return *keys;
+}
+
+const std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>& BlockKeys() {
+  static const auto* blocks =
+      new std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>{
+          {"streambp", {"mode", "chunk_tokens", "logits_chunk_tokens"}},
+          {"train",
+           {"steps", "sequences_per_step", "micro_batch_sequences", "lr", "schedule",
+            "warmup_steps", "min_lr_ratio", "weight_decay", "beta1", "beta2", "betas", "eps",
+            "max_grad_norm", "seed", "precision", "epochs", "shuffle"}},
+          {"dpo", {"beta", "reference"}},
+          {"grpo", {"beta", "epsilon", "loss", "reference"}},
+          {"resources", {"world_size", "device", "memory"}},
+          {"checkpoint", {"every_steps", "dir", "keep_last"}},
+      };
+  return *blocks;
+}
+
+const std::vector<absl::string_view>& KeysOf(absl::string_view block) {
+  for (const auto& [name, keys] : BlockKeys()) {
+    if (name == block) return keys;
+  }
+  return TopKeys();
+}
+
+// ---------------------------------------------------------------------------
+// Reading a validated document.
+
+class Reader {
+ public:
+  explicit Reader(absl::string_view source) : source_(source) {}
+
+  absl::Status Error(absl::string_view path, absl::string_view reason) const {
+    std::string prefix = source_.empty() ? "" : absl::StrCat(source_, ": ");
+    if (!path.empty()) absl::StrAppend(&prefix, path, ": ");
+    return absl::InvalidArgumentError(absl::StrCat(prefix, reason));
+  }
+
+  absl::Status Got(absl::string_view path, absl::string_view requirement,
+                   const YAML::Node& node) const {
+    return Error(path, absl::StrCat(requirement, " (got ", Describe(node), ")"));
+  }
+
+ private:
+  std::string source_;
+};
+
+// One mapping level: keys checked against the schema, duplicates rejected.
+class Block {
+ public:
+  static absl::StatusOr<Block> Make(const Reader& reader, const YAML::Node& node,
+                                    absl::string_view path) {
+    Block block;
+    block.path_ = std::string(path);
+    if (node.IsNull() || !node.IsDefined()) return block;
+    if (!node.IsMap()) {
+      return reader.Got(
+          path, path.empty() ? "the job spec must be a mapping of fields" : "must be a mapping",
+          node);
+    }
+    const std::vector<absl::string_view>& allowed = KeysOf(path);
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node key = it->first;
+      if (!key.IsScalar()) return reader.Got(path, "keys must be plain names", key);
+      const std::string& name = key.Scalar();
+      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+        return reader.Error(path, UnknownKeyMessage(name, path));
+      }
+      for (const auto& [seen, unused] : block.entries_) {
+        if (seen == name) return reader.Error(path, absl::StrCat("duplicate key '", name, "'"));
+      }
+      block.entries_.emplace_back(name, it->second);
+    }
+    return block;
+  }
+
+  // The value of `key`, or a Null node when it is absent or null.
+  YAML::Node Get(absl::string_view key) const {
+    for (const auto& [name, value] : entries_) {
+      if (name == key) return value;
+    }
+    return YAML::Node();
+  }
+  bool Has(absl::string_view key) const { return !Get(key).IsNull(); }
+  std::string Path(absl::string_view key) const {
+    return path_.empty() ? std::string(key) : absl::StrCat(path_, ".", key);
+  }
+
+ private:
+  static std::string UnknownKeyMessage(const std::string& name, absl::string_view path) {
+    std::string message = absl::StrCat("unknown key '", Sanitize(name), "'");
+    const std::vector<absl::string_view>& allowed = KeysOf(path);
+    absl::string_view best;
+    size_t best_distance = 3;
+    for (absl::string_view candidate : allowed) {
+      const size_t d = EditDistance(name, candidate);
+      if (d < best_distance && d < name.size()) {
+        best = candidate;
+        best_distance = d;
+      }
+    }
+    if (!best.empty()) return absl::StrCat(message, " (did you mean '", best, "'?)");
+    // A field of another block written at this level ("lr" at the top).
+    for (const auto& [block, keys] : BlockKeys()) {
+      if (block == path) continue;
+      if (std::find(keys.begin(), keys.end(), name) != keys.end()) {
+        return absl::StrCat(message, " (did you mean '", block, ".", name, "'?)");
+      }
+    }
+    if (!path.empty() && std::find(TopKeys().begin(), TopKeys().end(), name) != TopKeys().end()) {
+      return absl::StrCat(message, " ('", name, "' belongs at the top level)");
+    }
+    return absl::StrCat(message, " (expected one of ", absl::StrJoin(allowed, ", "), ")");
+  }
+
+  std::string path_;
+  std::vector<std::pair<std::string, YAML::Node>> entries_;
+};
+
+// Field readers: each leaves `out` unchanged when the key is absent or null.
+
+absl::Status ReadInt(const Reader& r, const Block& b, absl::string_view key, int64_t min,
+                     absl::string_view requirement, int64_t& out) {
+  const YAML::Node node = b.Get(key);
+  if (node.IsNull()) return absl::OkStatus();
+  std::optional<int64_t> value;
+  if (node.IsScalar()) value = ParseIntText(node.Scalar());
+  if (!value) return r.Got(b.Path(key), "must be an integer", node);
+  if (*value < min) return r.Got(b.Path(key), requirement, node);
+  out = *value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadPositiveInt(const Reader& r, const Block& b, absl::string_view key, int64_t& out) {
+  return ReadInt(r, b, key, 1, "must be a positive integer", out);
+}
+
+absl::Status ReadNonNegativeInt(const Reader& r, const Block& b, absl::string_view key,
+                                int64_t& out) {
+  return ReadInt(r, b, key, 0, "must be a non-negative integer", out);
+}
+
+// `ok(value)` decides the range; `requirement` names it ("must be a positive number").
+template <typename Pred>
+absl::Status ReadNumberNode(const Reader& r, const YAML::Node& node, const std::string& path,
+                            Pred ok, absl::string_view requirement, double& out) {
+  std::optional<double> value;
+  if (node.IsScalar()) value = ParseNumberText(node.Scalar());
+  if (!value) return r.Got(path, "must be a number", node);
+  if (!ok(*value)) return r.Got(path, requirement, node);
+  out = *value;
+  return absl::OkStatus();
+}
+
+template <typename Pred>
+absl::Status ReadNumber(const Reader& r, const Block& b, absl::string_view key, Pred ok,
+                        absl::string_view requirement, double& out) {
+  const YAML::Node node = b.Get(key);
+  if (node.IsNull()) return absl::OkStatus();
+  return ReadNumberNode(r, node, b.Path(key), ok, requirement, out);
+}
+
+absl::Status ReadBool(const Reader& r, const Block& b, absl::string_view key, bool& out) {
+  const YAML::Node node = b.Get(key);
+  if (node.IsNull()) return absl::OkStatus();
+  std::optional<bool> value;
+  if (node.IsScalar()) value = ParseBoolText(node.Scalar());
+  if (!value) return r.Got(b.Path(key), "must be true or false", node);
+  out = *value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const Reader& r, const Block& b, absl::string_view key, std::string& out) {
+  const YAML::Node node = b.Get(key);
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsScalar()) return r.Got(b.Path(key), "must be a string", node);
+  if (absl::StripAsciiWhitespace(node.Scalar()).empty()) {
+    return r.Error(b.Path(key), "must not be empty");
+  }
+  out = node.Scalar();
+  return absl::OkStatus();
+}
+
+template <typename Enum>
+absl::Status ReadEnum(const Reader& r, const Block& b, absl::string_view key,
+                      const std::vector<std::pair<absl::string_view, Enum>>& options, Enum& out) {
+  const YAML::Node node = b.Get(key);
+  if (node.IsNull()) return absl::OkStatus();
+  if (node.IsScalar()) {
+    for (const auto& [name, value] : options) {
+      if (node.Scalar() == name) {
+        out = value;
+        return absl::OkStatus();
+      }
+    }
+  }
+  std::vector<absl::string_view> names;
+  for (const auto& option : options) names.push_back(option.first);
+  return r.Got(b.Path(key), absl::StrCat("must be one of ", absl::StrJoin(names, ", ")), node);
+}
+
+// `auto` -> 0, or a positive integer.
+absl::Status ReadChunk(const Reader& r, const Block& b, absl::string_view key, int64_t& out) {
+  const YAML::Node node = b.Get(key);
+  if (node.IsNull()) return absl::OkStatus();
+  if (node.IsScalar()) {
+    if (node.Scalar() == "auto") {
+      out = 0;
+      return absl::OkStatus();
+    }
+    std::optional<int64_t> value = ParseIntText(node.Scalar());
+    if (value && *value > 0) {
+      out = *value;
+      return absl::OkStatus();
+    }
+  }
+  return r.Got(b.Path(key), "must be 'auto' or a positive integer", node);
+}
+
+bool ValidName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxNameLength || !absl::ascii_isalnum(name[0])) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+absl::Status Required(const Reader& r, const Block& top, absl::string_view key) {
+  if (top.Has(key)) return absl::OkStatus();
+  return r.Error("", absl::StrCat("missing required field '", key, "'"));
+}
+
+auto Positive = [](double v) { return v > 0; };
+auto NonNegative = [](double v) { return v >= 0; };
+auto UnitOpen = [](double v) { return v >= 0 && v < 1; };
+auto UnitClosed = [](double v) { return v >= 0 && v <= 1; };
+
+absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
+  if (root.IsNull() || !root.IsDefined()) return r.Error("", "the job spec is empty");
+  ASSIGN_OR_RETURN(Block top, Block::Make(r, root, ""));
+  JobSpec s;
+  for (absl::string_view key : {"name", "model", "data", "objective", "seq_len"}) {
+    RETURN_IF_ERROR(Required(r, top, key));
+  }
+  RETURN_IF_ERROR(ReadString(r, top, "name", s.name));
+  if (!ValidName(s.name)) {
+    return r.Got("name",
+                 absl::StrCat("must start with a letter or digit, use only letters, digits, "
+                              "'.', '_' and '-', and have at most ",
+                              kMaxNameLength, " characters"),
+                 top.Get("name"));
+  }
+  RETURN_IF_ERROR(ReadString(r, top, "model", s.model));
+  RETURN_IF_ERROR(ReadString(r, top, "data", s.data));
+  RETURN_IF_ERROR(ReadEnum<Objective>(
+      r, top, "objective",
+      {{"sft", Objective::kSft}, {"dpo", Objective::kDpo}, {"grpo", Objective::kGrpo}},
+      s.objective));
+  RETURN_IF_ERROR(ReadPositiveInt(r, top, "seq_len", s.seq_len));
+  RETURN_IF_ERROR(ReadEnum<Truncation>(
+      r, top, "truncation", {{"reject", Truncation::kReject}, {"truncate", Truncation::kTruncate}},
+      s.truncation));
+  RETURN_IF_ERROR(ReadPositiveInt(r, top, "log_every_steps", s.log_every_steps));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, top, "max_restarts", s.max_restarts));
+  RETURN_IF_ERROR(ReadInt(r, top, "priority", INT64_MIN, "", s.priority));
+
+  // streambp
+  ASSIGN_OR_RETURN(Block sb, Block::Make(r, top.Get("streambp"), "streambp"));
+  RETURN_IF_ERROR(ReadEnum<BackwardMode>(r, sb, "mode",
+                                         {{"stream", BackwardMode::kStream},
+                                          {"checkpoint", BackwardMode::kCheckpoint},
+                                          {"full", BackwardMode::kFull}},
+                                         s.streambp.mode));
+  RETURN_IF_ERROR(ReadChunk(r, sb, "chunk_tokens", s.streambp.chunk_tokens));
+  RETURN_IF_ERROR(ReadChunk(r, sb, "logits_chunk_tokens", s.streambp.logits_chunk_tokens));
+
+  // train
+  ASSIGN_OR_RETURN(Block tb, Block::Make(r, top.Get("train"), "train"));
+  TrainSpec& t = s.train;
+  RETURN_IF_ERROR(ReadPositiveInt(r, tb, "steps", t.steps));
+  RETURN_IF_ERROR(ReadPositiveInt(r, tb, "sequences_per_step", t.sequences_per_step));
+  t.micro_batch_sequences = t.sequences_per_step;
+  RETURN_IF_ERROR(ReadPositiveInt(r, tb, "micro_batch_sequences", t.micro_batch_sequences));
+  if (t.micro_batch_sequences > t.sequences_per_step) {
+    return r.Got(
+        tb.Path("micro_batch_sequences"),
+        absl::StrCat("must be at most train.sequences_per_step (", t.sequences_per_step, ")"),
+        tb.Get("micro_batch_sequences"));
+  }
+  RETURN_IF_ERROR(ReadNumber(r, tb, "lr", Positive, "must be a positive number", t.lr));
+  RETURN_IF_ERROR(ReadEnum<LrSchedule>(r, tb, "schedule",
+                                       {{"constant", LrSchedule::kConstant},
+                                        {"linear", LrSchedule::kLinear},
+                                        {"cosine", LrSchedule::kCosine}},
+                                       t.schedule));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "warmup_steps", t.warmup_steps));
+  if (t.warmup_steps > t.steps) {
+    return r.Got(tb.Path("warmup_steps"),
+                 absl::StrCat("must be at most train.steps (", t.steps, ")"),
+                 tb.Get("warmup_steps"));
+  }
+  RETURN_IF_ERROR(
+      ReadNumber(r, tb, "min_lr_ratio", UnitClosed, "must be a number in [0, 1]", t.min_lr_ratio));
+  RETURN_IF_ERROR(ReadNumber(r, tb, "weight_decay", NonNegative, "must be a non-negative number",
+                             t.weight_decay));
+  if (tb.Has("betas")) {
+    if (tb.Has("beta1") || tb.Has("beta2")) {
+      return r.Error(tb.Path("betas"), "give either betas or beta1/beta2, not both");
+    }
+    const YAML::Node betas = tb.Get("betas");
+    if (!betas.IsSequence() || betas.size() != 2) {
+      return r.Got(tb.Path("betas"), "must be a list of two numbers [beta1, beta2]", betas);
+    }
+    RETURN_IF_ERROR(ReadNumberNode(r, betas[0], tb.Path("betas[0]"), UnitOpen,
+                                   "must be a number in [0, 1)", t.beta1));
+    RETURN_IF_ERROR(ReadNumberNode(r, betas[1], tb.Path("betas[1]"), UnitOpen,
+                                   "must be a number in [0, 1)", t.beta2));
+  }
+  RETURN_IF_ERROR(ReadNumber(r, tb, "beta1", UnitOpen, "must be a number in [0, 1)", t.beta1));
+  RETURN_IF_ERROR(ReadNumber(r, tb, "beta2", UnitOpen, "must be a number in [0, 1)", t.beta2));
+  RETURN_IF_ERROR(ReadNumber(r, tb, "eps", Positive, "must be a positive number", t.eps));
+  RETURN_IF_ERROR(ReadNumber(r, tb, "max_grad_norm", NonNegative,
+                             "must be a non-negative number (0 turns clipping off)",
+                             t.max_grad_norm));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "seed", t.seed));
+  RETURN_IF_ERROR(ReadEnum<Precision>(
+      r, tb, "precision", {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}}, t.precision));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "epochs", t.epochs));
+  RETURN_IF_ERROR(ReadBool(r, tb, "shuffle", t.shuffle));
+
+  // dpo, grpo: always read, so that their defaults are filled in.
+  ASSIGN_OR_RETURN(Block db, Block::Make(r, top.Get("dpo"), "dpo"));
+  RETURN_IF_ERROR(ReadNumber(r, db, "beta", Positive, "must be a positive number", s.dpo.beta));
+  RETURN_IF_ERROR(ReadString(r, db, "reference", s.dpo.reference));
+  if (s.dpo.reference.empty()) s.dpo.reference = s.model;
+
+  ASSIGN_OR_RETURN(Block gb, Block::Make(r, top.Get("grpo"), "grpo"));
+  RETURN_IF_ERROR(ReadNumber(r, gb, "beta", NonNegative,
+                             "must be a non-negative number (0: no KL term)", s.grpo.beta));
+  RETURN_IF_ERROR(
+      ReadNumber(r, gb, "epsilon", Positive, "must be a positive number", s.grpo.epsilon));
+  RETURN_IF_ERROR(ReadEnum<GrpoLoss>(
+      r, gb, "loss",
+      {{"grpo", GrpoLoss::kGrpo}, {"bnpo", GrpoLoss::kBnpo}, {"dr_grpo", GrpoLoss::kDrGrpo}},
+      s.grpo.loss));
+  RETURN_IF_ERROR(ReadString(r, gb, "reference", s.grpo.reference));
+  if (s.grpo.reference.empty()) s.grpo.reference = s.model;
+
+  // resources
+  ASSIGN_OR_RETURN(Block rb, Block::Make(r, top.Get("resources"), "resources"));
+  RETURN_IF_ERROR(ReadPositiveInt(r, rb, "world_size", s.resources.world_size));
+  RETURN_IF_ERROR(ReadEnum<DeviceKind>(r, rb, "device",
+                                       {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}},
+                                       s.resources.device));
+  if (rb.Has("memory")) {
+    const YAML::Node node = rb.Get("memory");
+    absl::StatusOr<int64_t> bytes = absl::InvalidArgumentError("");
+    if (node.IsScalar()) bytes = ParseByteSize(node.Scalar());
+    if (!bytes.ok() || *bytes <= 0) {
+      return r.Got(rb.Path("memory"), "must be a positive byte size such as 8GiB or 512MiB", node);
+    }
+    s.resources.memory_bytes = *bytes;
+  }
+
+  // checkpoint
+  ASSIGN_OR_RETURN(Block cb, Block::Make(r, top.Get("checkpoint"), "checkpoint"));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, cb, "every_steps", s.checkpoint.every_steps));
+  RETURN_IF_ERROR(ReadString(r, cb, "dir", s.checkpoint.dir));
+  if (s.checkpoint.dir.empty()) s.checkpoint.dir = absl::StrCat("runs/", s.name);
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, cb, "keep_last", s.checkpoint.keep_last));
+
+  // Rules between blocks.
+  if (t.sequences_per_step < s.resources.world_size) {
+    return r.Got(tb.Path("sequences_per_step"),
+                 absl::StrCat("must be at least resources.world_size (", s.resources.world_size,
+                              ") so that every worker gets an example"),
+                 tb.Has("sequences_per_step") ? tb.Get("sequences_per_step")
+                                              : YAML::Node(t.sequences_per_step));
+  }
+  if (t.precision == Precision::kBf16 && s.resources.device != DeviceKind::kCuda) {
+    return r.Error(tb.Path("precision"),
+                   "bf16 needs resources.device: cuda (the CPU backend computes in fp32)");
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Writing.
+
+Json ToJsonValue(const JobSpec& s) {
+  auto chunk = [](int64_t v) { return v == 0 ? Json("auto") : Json(v); };
+  Json j = Json::object();
+  j["name"] = s.name;
+  j["model"] = s.model;
+  j["data"] = s.data;
+  j["objective"] = ObjectiveName(s.objective);
+  j["seq_len"] = s.seq_len;
+  j["truncation"] = TruncationName(s.truncation);
+  j["log_every_steps"] = s.log_every_steps;
+  j["streambp"] = {{"mode", BackwardModeName(s.streambp.mode)},
+                   {"chunk_tokens", chunk(s.streambp.chunk_tokens)},
+                   {"logits_chunk_tokens", chunk(s.streambp.logits_chunk_tokens)}};
+  const TrainSpec& t = s.train;
+  j["train"] = {{"steps", t.steps},
+                {"sequences_per_step", t.sequences_per_step},
+                {"micro_batch_sequences", t.micro_batch_sequences},
+                {"lr", t.lr},
+                {"schedule", LrScheduleName(t.schedule)},
+                {"warmup_steps", t.warmup_steps},
+                {"min_lr_ratio", t.min_lr_ratio},
+                {"weight_decay", t.weight_decay},
+                {"beta1", t.beta1},
+                {"beta2", t.beta2},
+                {"eps", t.eps},
+                {"max_grad_norm", t.max_grad_norm},
+                {"seed", t.seed},
+                {"precision", PrecisionName(t.precision)},
+                {"epochs", t.epochs},
+                {"shuffle", t.shuffle}};
+  j["dpo"] = {{"beta", s.dpo.beta}, {"reference", s.dpo.reference}};
+  j["grpo"] = {{"beta", s.grpo.beta},
+               {"epsilon", s.grpo.epsilon},
+               {"loss", GrpoLossName(s.grpo.loss)},
+               {"reference", s.grpo.reference}};
+  j["resources"] = {{"world_size", s.resources.world_size},
+                    {"device", DeviceKindText(s.resources.device)}};
+  if (s.resources.memory_bytes > 0) {
+    j["resources"]["memory"] = FormatExactByteSize(s.resources.memory_bytes);
+  }
+  j["checkpoint"] = {{"every_steps", s.checkpoint.every_steps},
+                     {"dir", s.checkpoint.dir},
+                     {"keep_last", s.checkpoint.keep_last}};
+  j["max_restarts"] = s.max_restarts;
+  j["priority"] = s.priority;
+  return j;
+}
+
+// JSON value -> YAML node, so that JSON goes through the YAML validation.
+YAML::Node JsonToYaml(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::object: {
+      YAML::Node node(YAML::NodeType::Map);
+      for (auto it = j.begin(); it != j.end(); ++it) node[it.key()] = JsonToYaml(it.value());
+      return node;
+    }
+    case Json::value_t::array: {
+      YAML::Node node(YAML::NodeType::Sequence);
+      for (const Json& v : j) node.push_back(JsonToYaml(v));
+      return node;
+    }
+    case Json::value_t::string:
+      return YAML::Node(j.get<std::string>());
+    case Json::value_t::boolean:
+      return YAML::Node(std::string(j.get<bool>() ? "true" : "false"));
+    case Json::value_t::number_integer:
+      return YAML::Node(absl::StrCat(j.get<int64_t>()));
+    case Json::value_t::number_unsigned:
+      return YAML::Node(absl::StrCat(j.get<uint64_t>()));
+    case Json::value_t::number_float:
+      return YAML::Node(FormatDouble(j.get<double>()));
+    default:
+      return YAML::Node(YAML::NodeType::Null);
+  }
+}
+
+void EmitJson(YAML::Emitter& out, const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::object:
+      out << YAML::BeginMap;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        out << YAML::Key << it.key() << YAML::Value;
+        EmitJson(out, it.value());
+      }
+      out << YAML::EndMap;
+      break;
+    case Json::value_t::string:
+      out << j.get<std::string>();
+      break;
+    case Json::value_t::boolean:
+      out << (j.get<bool>() ? "true" : "false");
+      break;
+    case Json::value_t::number_integer:
+      out << absl::StrCat(j.get<int64_t>());
+      break;
+    case Json::value_t::number_unsigned:
+      out << absl::StrCat(j.get<uint64_t>());
+      break;
+    case Json::value_t::number_float:
+      out << FormatDouble(j.get<double>());
+      break;
+    default:
+      out << YAML::Null;
+      break;
+  }
+}
+
+std::string MessageOf(const std::exception& e) { return Sanitize(e.what()); }
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view source_name) {
+  const Reader reader(source_name);
+  const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
+  try {
+    std::vector<YAML::Node> documents;
+    try {
+      documents = YAML::LoadAll(std::string(yaml_text));
+    } catch (const YAML::ParserException& e) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, "line ", e.mark.line + 1, ", column ",
+                                                     e.mark.column + 1, ": invalid YAML: ", e.msg));
+    }
+    if (documents.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, "expected one YAML document, found ",
+                                                     documents.size(), " (separated by ---)"));
+    }
+    return ReadSpec(reader, documents.empty() ? YAML::Node() : documents[0]);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "cannot read the job spec: ", MessageOf(e)));
+  }
+}
+
+absl::StatusOr<JobSpec> JobSpecFromJson(absl::string_view json_text,
+                                        absl::string_view source_name) {
+  const Reader reader(source_name);
+  const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
+  try {
+    Json j;
+    try {
+      j = Json::parse(json_text.begin(), json_text.end());
+    } catch (const Json::parse_error& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "invalid JSON at byte ", e.byte, ": ", MessageOf(e)));
+    }
+    return ReadSpec(reader, JsonToYaml(j));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "cannot read the job spec: ", MessageOf(e)));
+  }
+}
+
+std::string JobSpecToJson(const JobSpec& spec) {
+  // Names and paths may hold invalid UTF-8; replace rather than throw.
+  return ToJsonValue(spec).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string JobSpecToYaml(const JobSpec& spec) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  const Json j = ToJsonValue(spec);
+  // Fixed order, the same as DESIGN.md §5, rather than the JSON's sorted keys.
+  static constexpr absl::string_view kOrder[] = {
+      "name",       "model",           "data",       "objective",    "seq_len",
+      "truncation", "log_every_steps", "streambp",   "train",        "dpo",
+      "grpo",       "resources",       "checkpoint", "max_restarts", "priority"};
+  for (absl::string_view key : kOrder) {
+    const Json& value = j.at(std::string(key));
+    out << YAML::Key << std::string(key) << YAML::Value;
+    if (value.is_object()) {
+      out << YAML::BeginMap;
+      for (absl::string_view field : KeysOf(key)) {
+        const auto it = value.find(std::string(field));
+        if (it == value.end()) continue;
+        out << YAML::Key << std::string(field) << YAML::Value;
+        EmitJson(out, *it);
+      }
+      out << YAML::EndMap;
+    } else {
+      EmitJson(out, value);
+    }
+  }
+  out << YAML::EndMap;
+  return absl::StrCat(out.c_str(), "\n");
+}
+
+std::string ResolveJobPath(absl::string_view base_dir, absl::string_view path) {
+  const std::filesystem::path p{std::string(path)};
+  if (p.is_absolute() || base_dir.empty()) return p.string();
+  return (std::filesystem::path(std::string(base_dir)) / p).string();
+}
+
+namespace {
+
+absl::Status CheckModelDir(absl::string_view field, absl::string_view base_dir,
+                           const std::string& path) {
+  const std::string dir = ResolveJobPath(base_dir, path);
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": directory '", dir, "' does not exist"));
+  }
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", dir, "' is not a directory"));
+  }
+  if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / "config.json", ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": directory '", dir, "' has no config.json"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpecFiles(const JobSpec& spec, absl::string_view base_dir) {
+  RETURN_IF_ERROR(CheckModelDir("model", base_dir, spec.model));
+  const std::string data = ResolveJobPath(base_dir, spec.data);
+  std::error_code ec;
+  if (!std::filesystem::exists(data, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("data: file '", data, "' does not exist"));
+  }
+  if (!std::filesystem::is_regular_file(data, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("data: '", data, "' is not a regular file"));
+  }
+  if (spec.objective == Objective::kDpo) {
+    RETURN_IF_ERROR(CheckModelDir("dpo.reference", base_dir, spec.dpo.reference));
+  }
+  if (spec.objective == Objective::kGrpo && spec.grpo.beta > 0) {
+    RETURN_IF_ERROR(CheckModelDir("grpo.reference", base_dir, spec.grpo.reference));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sbp

@@ -1,0 +1,135 @@
+// The job spec: the YAML a user submits (DESIGN.md §5), parsed into typed,
+// validated structs. Every field has a default except name, model, data,
+// objective and seq_len. Errors are InvalidArgument and read
+//   "<source>: <field path>: <reason> (got <value>)"
+// e.g. "job.yaml: train.lr: must be a positive number (got -1)". Unknown keys
+// at any level are errors (with a "did you mean" suggestion).
+//
+// Specs also travel as JSON (the coordinator stores them in SQLite); the JSON
+// form has the same keys and goes through the same validation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/dtype.h"
+#include "worker/engine/engine.h"
+
+namespace sbp {
+
+enum class Objective { kSft, kDpo, kGrpo };
+enum class LrSchedule { kConstant, kLinear, kCosine };
+enum class Precision { kFp32, kBf16 };
+enum class GrpoLoss { kGrpo, kBnpo, kDrGrpo };
+// What to do with an example longer than seq_len: fail the load naming the
+// line, or keep its first seq_len tokens.
+enum class Truncation { kReject, kTruncate };
+
+absl::string_view ObjectiveName(Objective objective);     // "sft", "dpo", "grpo"
+absl::string_view LrScheduleName(LrSchedule schedule);    // "constant", "linear", "cosine"
+absl::string_view PrecisionName(Precision precision);     // "fp32", "bf16"
+absl::string_view GrpoLossName(GrpoLoss loss);            // "grpo", "bnpo", "dr_grpo"
+absl::string_view TruncationName(Truncation truncation);  // "reject", "truncate"
+
+struct StreamBpSpec {
+  BackwardMode mode = BackwardMode::kStream;
+  int64_t chunk_tokens = 0;         // 0: auto (the memory planner chooses)
+  int64_t logits_chunk_tokens = 0;  // 0: auto
+  bool operator==(const StreamBpSpec&) const = default;
+};
+
+// One "step" consumes `sequences_per_step` examples of the whole job (all
+// ranks together): sequences for SFT, pairs for DPO, groups for GRPO.
+struct TrainSpec {
+  int64_t steps = 100;
+  int64_t sequences_per_step = 8;
+  int64_t micro_batch_sequences = 0;  // examples per forward/backward; parse sets
+                                      // it to sequences_per_step when omitted
+  double lr = 1e-4;
+  LrSchedule schedule = LrSchedule::kConstant;
+  int64_t warmup_steps = 0;  // linear warmup from 0, then `schedule`
+  double min_lr_ratio = 0;   // linear/cosine decay to lr * min_lr_ratio
+  double weight_decay = 0;   // AdamW, decoupled
+  double beta1 = 0.9;        // YAML also accepts `betas: [b1, b2]`
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double max_grad_norm = 0;  // global-norm clipping; 0: off
+  int64_t seed = 0;          // data order (and anything random in training)
+  Precision precision = Precision::kFp32;
+  int64_t epochs = 0;   // 0: no limit; otherwise also stop after this many passes
+  bool shuffle = true;  // reshuffle the data every epoch (EpochOrder)
+  bool operator==(const TrainSpec&) const = default;
+};
+
+struct DpoSpec {
+  double beta = 0.1;
+  std::string reference;  // reference model directory; parse sets it to `model` when omitted
+  bool operator==(const DpoSpec&) const = default;
+};
+
+struct GrpoSpec {
+  double beta = 0.04;    // weight of the k3 KL to the reference; 0: no reference model
+  double epsilon = 0.2;  // ratio clipping: [1 - epsilon, 1 + epsilon]
+  GrpoLoss loss = GrpoLoss::kGrpo;
+  std::string reference;  // reference model directory; parse sets it to `model` when omitted
+  bool operator==(const GrpoSpec&) const = default;
+};
+
+struct ResourcesSpec {
+  int64_t world_size = 1;  // workers, gang-scheduled
+  DeviceKind device = DeviceKind::kCpu;
+  int64_t memory_bytes = 0;  // `memory: 8GiB`: per-worker budget; 0: not given
+  bool operator==(const ResourcesSpec&) const = default;
+};
+
+struct CheckpointSpec {
+  int64_t every_steps = 0;  // 0: no periodic checkpoints
+  std::string dir;          // parse sets it to "runs/<name>" when omitted
+  int64_t keep_last = 0;    // 0: keep every checkpoint
+  bool operator==(const CheckpointSpec&) const = default;
+};
+
+struct JobSpec {
+  std::string name;   // [A-Za-z0-9][A-Za-z0-9._-]*, at most 100 characters
+  std::string model;  // Hugging Face model directory
+  std::string data;   // JSONL file
+  Objective objective = Objective::kSft;
+  int64_t seq_len = 0;  // longest example in tokens (prompt + response)
+  Truncation truncation = Truncation::kReject;
+  int64_t log_every_steps = 1;
+  StreamBpSpec streambp;
+  TrainSpec train;
+  DpoSpec dpo;
+  GrpoSpec grpo;
+  ResourcesSpec resources;
+  CheckpointSpec checkpoint;
+  int64_t max_restarts = 3;  // attempts after the first one fails (lost worker, stall)
+  int64_t priority = 0;      // higher runs first; ties are FIFO
+  bool operator==(const JobSpec&) const = default;
+};
+
+// Parses and validates a spec. `source_name` (e.g. "job.yaml") prefixes every
+// error message. Never throws.
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view source_name);
+
+// Checks what the spec points at: the model directory has a config.json, the
+// data file exists, and for DPO (and GRPO with beta > 0) the reference model
+// directory has a config.json. Relative paths are taken from `base_dir`.
+absl::Status ValidateJobSpecFiles(const JobSpec& spec, absl::string_view base_dir);
+
+// `path` when absolute or `base_dir` is empty, else base_dir/path.
+std::string ResolveJobPath(absl::string_view base_dir, absl::string_view path);
+
+// Canonical YAML with every field written out; ParseJobSpec(JobSpecToYaml(s)) == s.
+std::string JobSpecToYaml(const JobSpec& spec);
+
+// The same document as a JSON object (compact, one line), and back. The JSON
+// is validated like YAML; errors name `source_name` ("job.json" by default).
+std::string JobSpecToJson(const JobSpec& spec);
+absl::StatusOr<JobSpec> JobSpecFromJson(absl::string_view json_text,
+                                        absl::string_view source_name = "job.json");
+
+}  // namespace sbp
