@@ -4,7 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "absl/container/flat_hash_map.h"
 #include "worker/engine/batch.h"
+#include "worker/train/objectives/dpo.h"
+#include "worker/train/objectives/grpo.h"
 
 namespace sbp {
 namespace {
@@ -51,6 +54,134 @@ class SftStep final : public StepObjective {
   const ModelTensors& weights_;
 };
 
+double SequenceFlops(const ModelConfig& config, const TokenSequence& s) {
+  return TrainingFlops(config, static_cast<int64_t>(s.input_ids.size()));
+}
+
+// DPO: reference log-probs come from a real forward of the frozen reference
+// model, once per example (cached); the pair count N is the whole step's.
+class DpoStep final : public StepObjective {
+ public:
+  DpoStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w,
+          Engine& reference_engine, const ModelTensors& reference)
+      : spec_(spec), dataset_(dataset), engine_(engine), weights_(w),
+        reference_engine_(reference_engine), reference_(reference) {}
+
+  absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
+                                          ModelTensors& grads) override {
+    ObjectiveStepResult result;
+    const int64_t global_pairs = static_cast<int64_t>(indices.size());
+    double accuracy = 0, margin = 0, chosen = 0, rejected = 0;
+    for (const auto& micro : MicroBatches(indices, spec_.train.micro_batch_sequences)) {
+      std::vector<DpoPair> pairs;
+      std::vector<ReferenceLogProbs> refs;
+      for (int64_t i : micro) {
+        pairs.push_back(dataset_.dpo()[i]);
+        auto cached = cache_.find(i);
+        if (cached == cache_.end()) {
+          ASSIGN_OR_RETURN(ReferenceLogProbs ref,
+                           ComputeReferenceLogProbs(reference_engine_, reference_, pairs.back()));
+          cached = cache_.emplace(i, ref).first;
+        }
+        refs.push_back(cached->second);
+      }
+      ASSIGN_OR_RETURN(DpoResult r, DpoForwardBackward(engine_, weights_, pairs, refs,
+                                                       spec_.dpo.beta, global_pairs, grads));
+      result.loss += r.loss;
+      result.tokens += r.tokens;
+      const double n = static_cast<double>(pairs.size());
+      accuracy += r.reward_accuracy() * n;
+      margin += r.mean_margin() * n;
+      chosen += r.mean_chosen_reward() * n;
+      rejected += r.mean_rejected_reward() * n;
+      for (const DpoPair& p : pairs) {
+        result.model_flops += SequenceFlops(engine_.config(), p.chosen) +
+                              SequenceFlops(engine_.config(), p.rejected);
+      }
+    }
+    const double n = std::max<double>(1.0, static_cast<double>(global_pairs));
+    result.extra = {{"reward_accuracy", accuracy / n},
+                    {"reward_margin", margin / n},
+                    {"chosen_reward", chosen / n},
+                    {"rejected_reward", rejected / n}};
+    return result;
+  }
+
+ private:
+  const JobSpec& spec_;
+  const Dataset& dataset_;
+  Engine& engine_;
+  const ModelTensors& weights_;
+  Engine& reference_engine_;
+  const ModelTensors& reference_;
+  absl::flat_hash_map<int64_t, ReferenceLogProbs> cache_;
+};
+
+// GRPO on offline rollouts: the step's normaliser counts are summed over all
+// micro-batches before the first one runs; reference log-probs are cached.
+class GrpoStep final : public StepObjective {
+ public:
+  GrpoStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w,
+           Engine& reference_engine, const ModelTensors* reference)
+      : spec_(spec), dataset_(dataset), engine_(engine), weights_(w),
+        reference_engine_(reference_engine), reference_(reference),
+        options_(GrpoOptionsFromSpec(spec.grpo)) {}
+
+  absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
+                                          ModelTensors& grads) override {
+    std::vector<GrpoGroup> all;
+    for (int64_t i : indices) all.push_back(dataset_.grpo()[i]);
+    const GrpoCounts global = CountGrpo(all);
+    ObjectiveStepResult result;
+    double kl = 0, reward = 0;
+    int64_t clipped = 0;
+    for (const auto& micro : MicroBatches(indices, spec_.train.micro_batch_sequences)) {
+      std::vector<GrpoGroup> groups;
+      GrpoReferenceLogProbs refs;
+      for (int64_t i : micro) {
+        groups.push_back(dataset_.grpo()[i]);
+        if (reference_ == nullptr) continue;
+        auto cached = cache_.find(i);
+        if (cached == cache_.end()) {
+          ASSIGN_OR_RETURN(GrpoReferenceLogProbs ref,
+                           ComputeGrpoReferenceLogProbs(reference_engine_, *reference_,
+                                                        {groups.back()}));
+          cached = cache_.emplace(i, std::move(ref.logprobs.front())).first;
+        }
+        refs.logprobs.push_back(cached->second);
+      }
+      ASSIGN_OR_RETURN(GrpoResult r,
+                       GrpoForwardBackward(engine_, weights_, groups,
+                                           reference_ ? &refs : nullptr, options_, global, grads));
+      result.loss += r.loss;
+      result.tokens += r.tokens;
+      kl += r.kl_sum;
+      reward += r.reward_sum;
+      clipped += r.clipped_tokens;
+      for (const GrpoGroup& g : groups) {
+        for (size_t c = 0; c < g.completions.size(); ++c) {
+          result.model_flops += SequenceFlops(engine_.config(), GrpoSequence(g, c));
+        }
+      }
+    }
+    const double tokens = std::max<double>(1.0, static_cast<double>(global.completion_tokens));
+    result.extra = {{"kl", kl / tokens},
+                    {"clip_fraction", static_cast<double>(clipped) / tokens},
+                    {"reward", reward / std::max<double>(1.0, static_cast<double>(global.sequences))}};
+    return result;
+  }
+
+ private:
+  const JobSpec& spec_;
+  const Dataset& dataset_;
+  Engine& engine_;
+  const ModelTensors& weights_;
+  Engine& reference_engine_;
+  const ModelTensors* reference_;
+  GrpoOptions options_;
+  absl::flat_hash_map<int64_t, std::vector<std::vector<float>>> cache_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
@@ -60,11 +191,19 @@ absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
     case Objective::kSft:
       return std::unique_ptr<StepObjective>(new SftStep(spec, dataset, engine, weights));
     case Objective::kDpo:
+      if (reference == nullptr) {
+        return absl::InvalidArgumentError("dpo.reference: DPO needs a reference model");
+      }
+      return std::unique_ptr<StepObjective>(
+          new DpoStep(spec, dataset, engine, weights, reference_engine, *reference));
     case Objective::kGrpo:
-      break;
+      if (spec.grpo.beta > 0 && reference == nullptr) {
+        return absl::InvalidArgumentError("grpo.reference: grpo.beta > 0 needs a reference model");
+      }
+      return std::unique_ptr<StepObjective>(
+          new GrpoStep(spec, dataset, engine, weights, reference_engine, reference));
   }
-  return absl::UnimplementedError(
-      absl::StrCat("objective '", ObjectiveName(spec.objective), "' is not available yet"));
+  return absl::InvalidArgumentError("unknown objective");
 }
 
 }  // namespace sbp
