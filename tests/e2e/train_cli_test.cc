@@ -1,0 +1,110 @@
+// `sbp train` as a user runs it: it learns on the example task, and every kind
+// of bad input ends with a message naming what is wrong and exit code 2,
+// without touching the run directory's checkpoints.
+#include <gtest/gtest.h>
+
+#include "tests/e2e/cli_test_util.h"
+
+namespace sbp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = FreshDir(std::string("train_cli_") +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    const CommandResult init =
+        RunCommand(SbpBinary() + " model init --preset tiny-llama --seed 4 --out model", dir_);
+    ASSERT_EQ(init.exit_code, 0) << init.err;
+    WriteFile(dir_ / "data.jsonl",
+              "{\"prompt_ids\": [1, 17, 18, 19, 2], \"completion_ids\": [19, 18, 17, 3]}\n"
+              "{\"input_ids\": [1, 20, 21, 2, 21, 20, 3]}\n");
+  }
+
+  std::string Spec(const std::string& extra_train = "", const std::string& data = "data.jsonl") {
+    return "name: cli-job\nmodel: model\ndata: " + data +
+           "\nobjective: sft\nseq_len: 32\n"
+           "streambp: {mode: stream, chunk_tokens: 3, logits_chunk_tokens: 2}\n"
+           "train: {steps: 4, sequences_per_step: 2, lr: 1.0e-2" + extra_train + "}\n"
+           "checkpoint: {every_steps: 2, dir: run}\n";
+  }
+
+  CommandResult Train(const std::string& spec_text) {
+    WriteFile(dir_ / "job.yaml", spec_text);
+    return RunCommand(SbpBinary() + " train job.yaml", dir_);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TrainCliTest, RunsAndWritesMetricsAndCheckpoints) {
+  const CommandResult r = Train(Spec());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"last_step\":4"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("4/4"), std::string::npos) << r.err;  // the progress line
+  EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step-00000004/model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step-00000004/optimizer.safetensors"));
+  EXPECT_EQ(ReadAll((dir_ / "run/checkpoints/latest").string()), "step-00000004\n");
+  const std::string metrics = ReadAll((dir_ / "run/metrics.jsonl").string());
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 4);
+}
+
+struct BadCase {
+  std::string name;
+  std::string spec;           // job.yaml text
+  std::string data;           // data.jsonl replacement ("" keeps the good data)
+  std::string expected_text;  // must appear in stderr
+};
+
+TEST_F(TrainCliTest, BadInputIsExitCodeTwoWithAClearMessage) {
+  // A good run first: its checkpoints must survive every failed attempt.
+  ASSERT_EQ(Train(Spec()).exit_code, 0);
+  const std::string weights =
+      ReadAll((dir_ / "run/checkpoints/step-00000004/model.safetensors").string());
+  const std::vector<BadCase> cases = {
+      {"unknown key", Spec() + "trian: {}\n", "", "unknown key 'trian'"},
+      {"wrong type", Spec(", warmup_steps: ten"), "", "train.warmup_steps"},
+      {"out of range", Spec(", max_grad_norm: -1"), "", "train.max_grad_norm"},
+      {"yaml syntax", "name: [unclosed\n", "", "job.yaml"},
+      {"missing data file", Spec("", "nope.jsonl"), "", "nope.jsonl"},
+      {"vocab overflow", Spec(), "{\"input_ids\": [1, 2, 999]}\n", "data.jsonl:1"},
+      {"bad data line", Spec(), "{\"input_ids\": [1, 2]}\n{\"input_ids\": \"x\"}\n",
+       "data.jsonl:2"},
+      {"empty dataset", Spec(), "\n", "data.jsonl"},
+  };
+  const std::string good_data = ReadAll((dir_ / "data.jsonl").string());
+  for (const BadCase& c : cases) {
+    WriteFile(dir_ / "data.jsonl", c.data.empty() ? good_data : c.data);
+    const CommandResult r = Train(c.spec);
+    EXPECT_EQ(r.exit_code, 2) << c.name << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expected_text), std::string::npos)
+        << c.name << ": expected '" << c.expected_text << "' in: " << r.err;
+    EXPECT_EQ(ReadAll((dir_ / "run/checkpoints/step-00000004/model.safetensors").string()),
+              weights)
+        << c.name;
+  }
+}
+
+TEST_F(TrainCliTest, UsageErrorsAreExitCodeTwo) {
+  EXPECT_EQ(RunCommand(SbpBinary() + " train", dir_).exit_code, 2);
+  EXPECT_EQ(RunCommand(SbpBinary() + " --no-such-flag", dir_).exit_code, 2);
+  EXPECT_EQ(RunCommand(SbpBinary() + " grad --model model --data data.jsonl --mode fast --out g",
+                dir_).exit_code, 2);
+  const CommandResult missing = RunCommand(SbpBinary() + " train missing.yaml", dir_);
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("missing.yaml"), std::string::npos) << missing.err;
+}
+
+TEST_F(TrainCliTest, CorruptModelFileIsReported) {
+  WriteFile(dir_ / "model/model.safetensors", "\x08\x00\x00\x00\x00\x00\x00\x00{not json");
+  const CommandResult r = RunCommand(SbpBinary() +
+                                  " grad --model model --data data.jsonl --out g.safetensors",
+                              dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace sbp::testing
