@@ -1,0 +1,347 @@
+#include "kernels/cpu/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/cpu/attention_tiles.h"
+
+namespace sbp::cpu {
+namespace {
+
+using attention_internal::AddRows;
+using attention_internal::FinishRows;
+using attention_internal::OnlineSoftmaxTile;
+using attention_internal::ProbabilitiesTile;
+using attention_internal::RowDots;
+using attention_internal::ScaleRows;
+using attention_internal::SoftmaxGradTile;
+
+constexpr int64_t kTq = kAttentionTileQ;
+constexpr int64_t kTk = kAttentionTileK;
+
+struct Dims {
+  int64_t tq, tk, hq, hkv, d, group;
+  int64_t q_ld() const { return hq * d; }    // stride between rows of q, out, dq
+  int64_t kv_ld() const { return hkv * d; }  // stride between rows of k, v, dk, dv
+};
+
+void CheckHostF32(const Tensor& t, const char* name) {
+  CHECK(t.defined()) << "attention: " << name << " is undefined";
+  CHECK(t.dtype() == DType::kF32) << "attention: " << name << " must be f32, got "
+                                  << t.DebugString();
+  CHECK(t.device().is_cpu()) << "attention: " << name << " must be on the CPU, got "
+                             << t.DebugString();
+  CHECK(t.is_contiguous()) << "attention: " << name << " must be contiguous, got "
+                           << t.DebugString();
+}
+
+void CheckSameShape(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) {
+  CheckHostF32(t, name);
+  CHECK(t.shape() == ref.shape()) << "attention: " << name << " " << ShapeString(t.shape())
+                                  << " must have the shape of " << ref_name << " "
+                                  << ShapeString(ref.shape());
+}
+
+Dims CheckInputs(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset) {
+  CheckHostF32(q, "q");
+  CheckHostF32(k, "k");
+  CHECK_EQ(q.rank(), 3) << "attention: q must be [Tq, Hq, d], got " << ShapeString(q.shape());
+  CHECK_EQ(k.rank(), 3) << "attention: k must be [Tk, Hkv, d], got " << ShapeString(k.shape());
+  CheckSameShape(v, "v", k, "k");
+  Dims dims{q.dim(0), k.dim(0), q.dim(1), k.dim(1), q.dim(2), 0};
+  CHECK_EQ(k.dim(2), dims.d) << "attention: head_dim of q " << ShapeString(q.shape()) << " and k "
+                             << ShapeString(k.shape()) << " differ";
+  CHECK(dims.hkv > 0 && dims.hq % dims.hkv == 0)
+      << "attention: query heads of q " << ShapeString(q.shape())
+      << " must be a multiple of the KV heads of k " << ShapeString(k.shape());
+  CHECK_GT(dims.d, 0) << "attention: empty head_dim in q " << ShapeString(q.shape());
+  CHECK_GE(q_offset, 0) << "attention: negative q_offset";
+  CHECK_GE(dims.tk, q_offset + dims.tq)
+      << "attention: k " << ShapeString(k.shape()) << " must hold rows [0, q_offset + Tq) for q "
+      << ShapeString(q.shape()) << " at q_offset " << q_offset;
+  dims.group = dims.hq / dims.hkv;
+  return dims;
+}
+
+void CheckLse(const Tensor& lse, const Dims& dims) {
+  CheckHostF32(lse, "lse");
+  CHECK(lse.shape() == (Shape{dims.tq, dims.hq}))
+      << "attention: lse must be [Tq, Hq] = " << ShapeString({dims.tq, dims.hq}) << ", got "
+      << ShapeString(lse.shape());
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int Blas(int64_t n) { return static_cast<int>(n); }
+
+// c [m, n] (ldc) = alpha op(a) op(b) + beta c, row-major.
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, Blas(m), Blas(n), Blas(k), alpha, a, Blas(lda),
+              b, Blas(ldb), beta, c, Blas(ldc));
+}
+
+// Waits until another thread has stored `value` into `ticket`.
+void WaitForTicket(const std::atomic<int64_t>& ticket, int64_t value) {
+  int spins = 0;
+  while (ticket.load(std::memory_order_acquire) != value) {
+    if (++spins > 64) std::this_thread::yield();
+  }
+}
+
+// Rows of the diagonal (masked) part of a tile are processed in strips of
+// this many rows (forward) or columns (backward), so that the work computed
+// and then masked away is ~kStrip^2/2 per tile instead of kTq^2/2.
+constexpr int64_t kStrip = 32;
+static_assert(kTq <= kTk, "a diagonal strip of the forward is up to kTq keys wide");
+
+// The forward pass for one (query head, query tile) at a time.
+class ForwardTile {
+ public:
+  ForwardTile(const Dims& dims, const float* q, const float* k, const float* v, float scale)
+      : dims_(dims),
+        q_(q),
+        k_(k),
+        v_(v),
+        scale_(scale),
+        s_(kTq * kTk),
+        acc_(kTq * dims.d),
+        m_(kTq),
+        l_(kTq),
+        alpha_(kTq) {}
+
+  // Query rows [i0, i0 + bq) at sequence position p0 = q_offset + i0, head h.
+  void Run(int64_t h, int64_t i0, int64_t bq, int64_t p0, float* out, float* lse) {
+    h_ = h;
+    g_ = h / dims_.group;
+    i0_ = i0;
+    std::fill_n(m_.data(), bq, -std::numeric_limits<float>::infinity());
+    std::fill_n(l_.data(), bq, 0.0f);
+    // Keys [0, p0) are visible to every row of the tile.
+    for (int64_t j0 = 0; j0 < p0; j0 += kTk) {
+      Block(0, bq, j0, std::min(kTk, p0 - j0), /*diag=*/kTk, /*first=*/j0 == 0);
+    }
+    // Keys [p0, p0 + bq): the causal triangle, in strips of rows; rows
+    // [r0, r1) see keys up to p0 + r1 - 1, row r0 its first r0 + 1 of them.
+    for (int64_t r0 = 0; r0 < bq; r0 += kStrip) {
+      const int64_t r1 = std::min(bq, r0 + kStrip);
+      Block(r0, r1, p0, r1, /*diag=*/r0 + 1, /*first=*/p0 == 0);
+    }
+    FinishRows(acc_.data(), dims_.d, bq, dims_.d, m_.data(), l_.data(), out, dims_.q_ld(), lse,
+               dims_.hq);
+  }
+
+ private:
+  // Tile rows [r0, r1) against keys [j0, j0 + bk) with mask `diag` (see
+  // attention_tiles.h); `first` when these are the rows' first keys.
+  void Block(int64_t r0, int64_t r1, int64_t j0, int64_t bk, int64_t diag, bool first) {
+    const int64_t rows = r1 - r0, d = dims_.d;
+    const int64_t kv_off = (j0 * dims_.hkv + g_) * d;
+    float* acc = acc_.data() + r0 * d;
+    Gemm(false, true, rows, bk, d, scale_, q_ + ((i0_ + r0) * dims_.hq + h_) * d, dims_.q_ld(),
+         k_ + kv_off, dims_.kv_ld(), 0.0f, s_.data(), kTk);
+    OnlineSoftmaxTile(s_.data(), kTk, rows, bk, diag, m_.data() + r0, l_.data() + r0,
+                      alpha_.data() + r0);
+    if (!first) ScaleRows(acc, d, rows, d, alpha_.data() + r0);
+    Gemm(false, false, rows, d, bk, 1.0f, s_.data(), kTk, v_ + kv_off, dims_.kv_ld(),
+         first ? 0.0f : 1.0f, acc, d);
+  }
+
+  const Dims& dims_;
+  const float* q_;
+  const float* k_;
+  const float* v_;
+  const float scale_;
+  int64_t h_ = 0, g_ = 0, i0_ = 0;
+  // s [kTq, kTk] scores then probabilities; acc [kTq, d] unnormalised output;
+  // m, l, alpha [kTq] running max, running sum of exp, rescale factor.
+  std::vector<float> s_, acc_, m_, l_, alpha_;
+};
+
+struct BackwardArgs {
+  const float *q, *k, *v, *dout, *lse, *delta;
+  float *dk, *dv;
+  float scale;
+};
+
+// The backward pass for one (KV head, key tile) against one query tile of
+// one query head at a time: dk, dv rows of the key tile accumulate, the
+// tile's share of dq goes to dq_part() for the caller to add.
+class BackwardTile {
+ public:
+  BackwardTile(const Dims& dims, const BackwardArgs& args)
+      : dims_(dims), a_(args), p_(kTq * kTk), ds_(kTq * kTk), dq_part_(kTq * dims.d) {}
+
+  // Keys [j0, j0 + bk) of KV head h / group; query rows [i0, i0 + bq) of
+  // head h at sequence positions from p0 = q_offset + i0 (p0 + bq > j0).
+  void Run(int64_t h, int64_t i0, int64_t bq, int64_t p0, int64_t j0, int64_t bk) {
+    h_ = h;
+    i0_ = i0;
+    const int64_t kv_off = (j0 * dims_.hkv + h / dims_.group) * dims_.d;
+    k_ = a_.k + kv_off;
+    v_ = a_.v + kv_off;
+    dk_ = a_.dk + kv_off;
+    dv_ = a_.dv + kv_off;
+    if (p0 >= j0 + bk - 1) {  // every row sees every key
+      Block(0, bq, 0, bk, /*diag=*/bk, /*dq_beta=*/0.0f);
+      return;
+    }
+    // The tile crosses the diagonal: strips of key columns [c0, c1), seen by
+    // rows r >= j0 + c0 - p0. Strip 0 reaches the most rows; rows above it
+    // see no key of the tile.
+    const int64_t top = std::max<int64_t>(0, j0 - p0);
+    std::fill_n(dq_part_.data(), top * dims_.d, 0.0f);
+    for (int64_t c0 = 0; c0 < bk; c0 += kStrip) {
+      const int64_t r0 = std::max<int64_t>(0, j0 + c0 - p0);
+      if (r0 >= bq) break;
+      Block(r0, bq, c0, std::min(bk, c0 + kStrip), /*diag=*/p0 + r0 - (j0 + c0) + 1,
+            /*dq_beta=*/c0 == 0 ? 0.0f : 1.0f);
+    }
+  }
+
+  // [bq, d]: scale * dS k for the last Run.
+  const float* dq_part() const { return dq_part_.data(); }
+
+ private:
+  // Query rows [r0, r1) of the tile against key columns [c0, c1).
+  void Block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t diag, float dq_beta) {
+    const int64_t rows = r1 - r0, cols = c1 - c0, d = dims_.d;
+    const int64_t q_ld = dims_.q_ld(), kv_ld = dims_.kv_ld();
+    const int64_t row = (i0_ + r0) * dims_.hq + h_;  // flat (row, head) index
+    const float* q = a_.q + row * d;
+    const float* dout = a_.dout + row * d;
+    const int64_t kv_off = c0 * kv_ld;
+    float* p = p_.data();
+    float* ds = ds_.data();
+    // P = exp(scale q k^T - lse)
+    Gemm(false, true, rows, cols, d, a_.scale, q, q_ld, k_ + kv_off, kv_ld, 0.0f, p, kTk);
+    ProbabilitiesTile(p, kTk, rows, cols, diag, a_.lse + row, dims_.hq);
+    // dv += P^T dout
+    Gemm(true, false, cols, d, rows, 1.0f, p, kTk, dout, q_ld, 1.0f, dv_ + kv_off, kv_ld);
+    // dS = P * (dout v^T - delta)
+    Gemm(false, true, rows, cols, d, 1.0f, dout, q_ld, v_ + kv_off, kv_ld, 0.0f, ds, kTk);
+    SoftmaxGradTile(p, ds, kTk, rows, cols, a_.delta + row, dims_.hq);
+    // dk += scale dS^T q
+    Gemm(true, false, cols, d, rows, a_.scale, ds, kTk, q, q_ld, 1.0f, dk_ + kv_off, kv_ld);
+    // dq_part (+)= scale dS k
+    Gemm(false, false, rows, d, cols, a_.scale, ds, kTk, k_ + kv_off, kv_ld, dq_beta,
+         dq_part_.data() + r0 * d, d);
+  }
+
+  const Dims& dims_;
+  const BackwardArgs a_;
+  int64_t h_ = 0, i0_ = 0;
+  const float* k_ = nullptr;
+  const float* v_ = nullptr;
+  float* dk_ = nullptr;
+  float* dv_ = nullptr;
+  // p [kTq, kTk] probabilities; ds [kTq, kTk] dP then dS; dq_part [kTq, d].
+  std::vector<float> p_, ds_, dq_part_;
+};
+
+}  // namespace
+
+void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,
+                      float scale, Tensor& out, Tensor* lse) {
+  const Dims dims = CheckInputs(q, k, v, q_offset);
+  CheckSameShape(out, "out", q, "q");
+  if (lse != nullptr) CheckLse(*lse, dims);
+  if (dims.tq == 0) return;
+
+  float* op = out.data<float>();
+  float* lp = lse != nullptr ? lse->data<float>() : nullptr;
+  const int64_t n_qt = CeilDiv(dims.tq, kTq);
+  const int64_t items = dims.hq * n_qt;
+
+#pragma omp parallel
+  {
+    ForwardTile tile(dims, q.data<float>(), k.data<float>(), v.data<float>(), scale);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t qt = n_qt - 1 - item / dims.hq;  // the longest rows (last tiles) first
+      const int64_t h = item % dims.hq;
+      const int64_t i0 = qt * kTq;
+      const int64_t row = i0 * dims.hq + h;
+      tile.Run(h, i0, std::min(kTq, dims.tq - i0), q_offset + i0, op + row * dims.d,
+               lp != nullptr ? lp + row : nullptr);
+    }
+  }
+}
+
+void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& dout, const Tensor& lse, int64_t q_offset, float scale,
+                       Tensor& dq, Tensor& dk, Tensor& dv) {
+  const Dims dims = CheckInputs(q, k, v, q_offset);
+  CheckSameShape(out, "out", q, "q");
+  CheckSameShape(dout, "dout", q, "q");
+  CheckSameShape(dq, "dq", q, "q");
+  CheckSameShape(dk, "dk", k, "k");
+  CheckSameShape(dv, "dv", k, "k");
+  CheckLse(lse, dims);
+  if (dims.tq == 0) return;
+
+  const int64_t d = dims.d, hq = dims.hq, hkv = dims.hkv, q_ld = dims.q_ld();
+  const int64_t n_qt = CeilDiv(dims.tq, kTq);
+  const int64_t key_end = q_offset + dims.tq;
+  const int64_t n_kt = CeilDiv(key_end, kTk);
+  const int64_t items = n_kt * hkv;
+
+  // delta [Tq, Hq] = rows of dout . out, once for all key tiles.
+  std::vector<float> delta(dims.tq * hq);
+  const float* op = out.data<float>();
+  const float* dop = dout.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < dims.tq; ++i) {
+    RowDots(dop + i * q_ld, op + i * q_ld, d, hq, d, delta.data() + i * hq);
+  }
+  const BackwardArgs args{
+      q.data<float>(), k.data<float>(),  v.data<float>(),  dop,  lse.data<float>(),
+      delta.data(),    dk.data<float>(), dv.data<float>(), scale};
+  float* dqp = dq.data<float>();
+
+  // tickets[h * n_qt + qt]: how many key tiles have added their part to that
+  // dq tile. Key tiles 0..J all contribute to a dq tile (J depends on the
+  // tile), so they take turns in key-tile order; tile 0 writes, the rest add.
+  std::unique_ptr<std::atomic<int64_t>[]> tickets(new std::atomic<int64_t>[hq * n_qt]);
+  for (int64_t i = 0; i < hq * n_qt; ++i) tickets[i].store(0, std::memory_order_relaxed);
+  // Items are handed out strictly in order (kt-major), so the item a thread
+  // waits for is always running or done: no deadlock.
+  std::atomic<int64_t> next_item{0};
+
+#pragma omp parallel
+  {
+    BackwardTile tile(dims, args);
+    for (;;) {
+      const int64_t item = next_item.fetch_add(1, std::memory_order_relaxed);
+      if (item >= items) break;
+      const int64_t kt = item / hkv;
+      const int64_t g = item % hkv;
+      const int64_t j0 = kt * kTk;
+      const int64_t bk = std::min(kTk, key_end - j0);
+      // The first query tile that sees key j0.
+      const int64_t first_qt = std::max<int64_t>(0, j0 - q_offset) / kTq;
+      for (int64_t h = g * dims.group; h < (g + 1) * dims.group; ++h) {
+        for (int64_t qt = n_qt - 1; qt >= first_qt; --qt) {
+          const int64_t i0 = qt * kTq;
+          const int64_t bq = std::min(kTq, dims.tq - i0);
+          tile.Run(h, i0, bq, q_offset + i0, j0, bk);
+          std::atomic<int64_t>& ticket = tickets[h * n_qt + qt];
+          WaitForTicket(ticket, kt);
+          AddRows(tile.dq_part(), d, dqp + (i0 * hq + h) * d, q_ld, bq, d,
+                  /*accumulate=*/kt > 0);
+          ticket.store(kt + 1, std::memory_order_release);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace sbp::cpu
