@@ -5,18 +5,35 @@
 #include "CLI/CLI.hpp"
 #include "client/bench_command.h"
 #include "client/cli_common.h"
+#include "client/coordinator_client.h"
 #include "client/grad_command.h"
+#include "client/job_commands.h"
 #include "client/model_command.h"
+#include "client/run_command.h"
 #include "client/train_command.h"
 #include "common/version.h"
+#include "kernels/cpu/openblas_core.h"
 #include "kernels/device_info.h"
 
 int main(int argc, char** argv) {
+  sbp::cpu::EnsureFastOpenBlasCore(argv);
   CLI::App app{"sbp: exact long-sequence training with StreamBP"};
   app.set_version_flag("--version", [] {
     return std::string("sbp ") + sbp::kVersion + "\n" + sbp::CudaSupportSummary();
   });
+  // Global flags may come before or after the verb (`sbp --coordinator X list`
+  // or `sbp list --coordinator X`).
+  app.fallthrough();
+  sbp::cli::GlobalOptions global;
+  app.add_option("--coordinator", global.coordinator, "coordinator address host:port")
+      ->envname("SBP_COORDINATOR")
+      ->capture_default_str();
+  app.add_option("--token-file", global.token_file,
+                 "file with the client bearer token (default: $SBP_TOKEN)");
+  app.add_option("--tls-ca", global.tls_ca, "PEM roots: connect to the coordinator with TLS");
   int exit_code = sbp::cli::kExitOk;
+  sbp::cli::AddJobCommands(app, &global, &exit_code);
+  sbp::cli::AddRunCommand(app, &exit_code);
   sbp::cli::AddModelCommand(app, &exit_code);
   sbp::cli::AddGradCommand(app, &exit_code);
   sbp::cli::AddBenchCommand(app, &exit_code);
