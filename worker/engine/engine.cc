@@ -76,6 +76,14 @@ absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
   ASSIGN_OR_RETURN(Tensor normed, Make(b, {logits_chunk, H}, "LM head normed hidden"));
   ASSIGN_OR_RETURN(Tensor rstd, Make(b, {logits_chunk}, "LM head rstd"));
   ASSIGN_OR_RETURN(Tensor logits_buffer, Make(b, {logits_chunk, V}, "logits"));
+  // The baselines hold the logits and their gradient as two T x V tensors, as
+  // autograd does (PyTorch's cross-entropy is not in place); StreamBP
+  // overwrites each logits chunk with its gradient.
+  const bool separate_gradient = d_hidden != nullptr && options_.mode != BackwardMode::kStream;
+  Tensor d_logits_buffer;
+  if (separate_gradient) {
+    ASSIGN_OR_RETURN(d_logits_buffer, Make(b, {logits_chunk, V}, "logits gradient"));
+  }
   double total = 0;
   for (int64_t s = 0; s < T; s += logits_chunk) {
     const int64_t e = std::min(T, s + logits_chunk), n = e - s;
@@ -87,8 +95,12 @@ absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
       total += loss.Forward(b, logits, targets.Rows(s, e), s);
       continue;
     }
-    total += loss.ForwardBackward(b, logits, targets.Rows(s, e), s);
-    Tensor& d_logits = logits;
+    Tensor d_logits = logits;
+    if (separate_gradient) {
+      d_logits = d_logits_buffer.Rows(0, n);
+      b.Cast(logits, d_logits);
+    }
+    total += loss.ForwardBackward(b, d_logits, targets.Rows(s, e), s);
     b.MatmulAccumDyTX(d_logits, fn, grads->lm_head);
     Tensor& d_fn = fn;
     b.MatmulDyW(d_logits, weights.lm_head, d_fn, false);

@@ -2,10 +2,10 @@
 // one token sequence, computed three ways that agree to fp32 rounding:
 //
 //   kFull        keep every intermediate of every layer (no recomputation),
-//                full T x V logits — the "no checkpointing" baseline;
+//                full T x V logits and gradient — the "no checkpointing" baseline;
 //   kCheckpoint  keep only each layer's input, recompute a whole layer in its
-//                backward, full T x V logits — gradient checkpointing as
-//                Hugging Face does it;
+//                backward, full T x V logits and their T x V gradient —
+//                gradient checkpointing as Hugging Face does it;
 //   kStream      StreamBP: keep only layer inputs; per layer compute K/V for
 //                the whole sequence once, then recompute and backpropagate
 //                query chunks of chunk_tokens rows, accumulating dK/dV, which
