@@ -14,3 +14,11 @@ find_library(SBP_OPENBLAS_LIB NAMES openblas REQUIRED)
 add_library(sbp_openblas INTERFACE)
 target_include_directories(sbp_openblas SYSTEM INTERFACE ${SBP_OPENBLAS_INCLUDE})
 target_link_libraries(sbp_openblas INTERFACE ${SBP_OPENBLAS_LIB})
+
+# Coordinator: SQLite state store, Prometheus metrics, gRPC server reflection
+# (Debian ships libgrpc++_reflection without a pkg-config file).
+find_package(SQLite3 REQUIRED)
+find_package(prometheus-cpp REQUIRED)
+find_library(SBP_GRPCPP_REFLECTION_LIB NAMES grpc++_reflection REQUIRED)
+add_library(sbp_grpcpp_reflection INTERFACE)
+target_link_libraries(sbp_grpcpp_reflection INTERFACE ${SBP_GRPCPP_REFLECTION_LIB})

@@ -1,0 +1,270 @@
+#include "server/coordinator.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "prometheus/exposer.h"
+#include "server/auth.h"
+#include "server/job_manager.h"
+#include "server/job_service.h"
+#include "server/metrics.h"
+#include "server/rendezvous.h"
+#include "server/rendezvous_service.h"
+#include "server/rpc_guard.h"
+#include "server/store.h"
+#include "server/watch_hub.h"
+#include "server/worker_service.h"
+
+namespace sbp::server {
+namespace {
+
+constexpr absl::Duration kTickInterval = absl::Milliseconds(250);
+constexpr absl::Duration kShutdownGrace = absl::Seconds(3);
+
+// Splits "host:port" (host may be "[v6]"); InvalidArgument naming `flag`.
+absl::StatusOr<std::pair<std::string, int>> SplitHostPort(const std::string& address,
+                                                          absl::string_view flag) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": must be HOST:PORT such as 127.0.0.1:7700 (got \"", address, "\")"));
+  }
+  return std::make_pair(address.substr(0, colon), port);
+}
+
+// A host clients on this machine can dial: wildcards become loopback.
+std::string DialableHost(const std::string& host) {
+  if (host == "0.0.0.0" || host == "[::]" || host == "*") return "127.0.0.1";
+  return host;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Connects to and hangs up on an IPv4 "host:port"; errors are ignored.
+void Poke(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    return;
+  }
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return;
+  connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  close(fd);
+}
+
+// CivetWeb's listener polls in 2 s quanta once it has served a request, so
+// stopping it can take that long; connections wake the poll and let it see
+// the stop at once.
+void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string& address) {
+  if (exposer == nullptr) return;
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (!stopped.load()) {
+      absl::SleepFor(absl::Milliseconds(20));
+      if (!stopped.load()) Poke(address);
+    }
+  });
+  exposer.reset();
+  stopped = true;
+  waker.join();
+}
+
+}  // namespace
+
+struct Coordinator::Impl {
+  CoordinatorOptions options;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<WatchHub> hub;
+  std::unique_ptr<RendezvousStore> rendezvous;
+  std::unique_ptr<JobManager> manager;
+  std::unique_ptr<Authenticator> auth;
+  std::unique_ptr<RpcGuard> guard;
+  std::unique_ptr<JobServiceImpl> job_service;
+  std::unique_ptr<WorkerServiceImpl> worker_service;
+  std::unique_ptr<RendezvousServiceImpl> rendezvous_service;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  std::string metrics_address;
+  absl::Notification stop_monitor;
+  std::thread monitor;
+  absl::Mutex shutdown_mu;
+  bool shut_down = false;
+
+  absl::Status StartMetrics();
+  absl::Status StartServer();
+  void Shutdown();
+};
+
+absl::Status Coordinator::Impl::StartMetrics() {
+  metrics = std::make_unique<Metrics>();
+  if (options.metrics_listen.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options.metrics_listen, "metrics_listen"));
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(options.metrics_listen, 2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", options.metrics_listen, ": ", e.what()));
+  }
+  exposer->RegisterCollectable(metrics->registry());
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", options.metrics_listen));
+  }
+  metrics_address = absl::StrCat(DialableHost(host_port.first), ":", ports.front());
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::Impl::StartServer() {
+  ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options.listen, "listen"));
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_path.empty()) {
+    ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert_path, "TLS certificate"));
+    ASSIGN_OR_RETURN(std::string key, ReadFile(options.tls_key_path, "TLS key"));
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, credentials, &port);
+  builder.RegisterService(job_service.get());
+  builder.RegisterService(worker_service.get());
+  builder.RegisterService(rendezvous_service.get());
+  server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen,
+                     " (address in use, not a local address, or a bad TLS certificate/key)"));
+  }
+  address = absl::StrCat(DialableHost(host_port.first), ":", port);
+  return absl::OkStatus();
+}
+
+void Coordinator::Impl::Shutdown() {
+  {
+    absl::MutexLock lock(&shutdown_mu);
+    if (shut_down) return;
+    shut_down = true;
+  }
+  if (monitor.joinable()) {
+    stop_monitor.Notify();
+    monitor.join();
+  }
+  // End every long-poll and watch first so that in-flight calls return.
+  if (manager) manager->Shutdown();
+  if (hub) hub->Shutdown();
+  if (rendezvous) rendezvous->Shutdown();
+  if (server) {
+    if (auto* health = server->GetHealthCheckService()) health->SetServingStatus(false);
+    server->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+    server->Wait();
+  }
+  StopExposer(std::move(exposer), metrics_address);
+  LOG(INFO) << "coordinator stopped";
+}
+
+Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+void Coordinator::Shutdown() { impl_->Shutdown(); }
+
+std::string Coordinator::address() const { return impl_->address; }
+
+std::string Coordinator::metrics_address() const { return impl_->metrics_address; }
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
+  if (options.db_path.empty()) {
+    return absl::InvalidArgumentError("db: the SQLite database path is required");
+  }
+  if (options.tls_cert_path.empty() != options.tls_key_path.empty()) {
+    return absl::InvalidArgumentError("tls: give both the certificate and the key, or neither");
+  }
+  if (options.lease_seconds < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease_seconds: must be at least 1 (got ", options.lease_seconds, ")"));
+  }
+  if (options.stall_seconds < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stall_seconds: must be at least 1 (got ", options.stall_seconds, ")"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (options.client_token.empty()) {
+    LOG(WARNING) << "no client token: JobService accepts calls without authentication";
+  }
+  if (options.worker_token.empty()) {
+    LOG(WARNING) << "no worker token: WorkerService and RendezvousService accept calls without "
+                    "authentication";
+  }
+  if (!options.client_token.empty() && options.client_token == options.worker_token) {
+    LOG(WARNING) << "the client and worker tokens are the same: either role can call anything";
+  }
+  ASSIGN_OR_RETURN(impl->store, Store::Open(options.db_path));
+  RETURN_IF_ERROR(impl->StartMetrics());
+  impl->hub = std::make_unique<WatchHub>();
+  impl->rendezvous = std::make_unique<RendezvousStore>();
+  JobManagerOptions manager_options;
+  manager_options.lease = absl::Seconds(options.lease_seconds);
+  manager_options.stall = absl::Seconds(options.stall_seconds);
+  ASSIGN_OR_RETURN(impl->manager,
+                   JobManager::Create(impl->store.get(), impl->metrics.get(), impl->hub.get(),
+                                      impl->rendezvous.get(), manager_options));
+  impl->auth = std::make_unique<Authenticator>(options.client_token, options.worker_token);
+  impl->guard = std::make_unique<RpcGuard>(impl->auth.get(), impl->metrics.get());
+  impl->job_service =
+      std::make_unique<JobServiceImpl>(impl->manager.get(), impl->hub.get(), impl->guard.get());
+  impl->worker_service =
+      std::make_unique<WorkerServiceImpl>(impl->manager.get(), impl->guard.get());
+  impl->rendezvous_service = std::make_unique<RendezvousServiceImpl>(
+      impl->manager.get(), impl->rendezvous.get(), impl->guard.get());
+  RETURN_IF_ERROR(impl->StartServer());
+  Impl* raw = impl.get();
+  impl->monitor = std::thread([raw] {
+    while (!raw->stop_monitor.WaitForNotificationWithTimeout(kTickInterval)) raw->manager->Tick();
+  });
+  LOG(INFO) << "coordinator serving gRPC on " << impl->address
+            << (options.tls_cert_path.empty() ? "" : " (TLS)") << ", database " << options.db_path;
+  if (!impl->metrics_address.empty()) {
+    LOG(INFO) << "coordinator serving metrics on http://" << impl->metrics_address << "/metrics";
+  }
+  return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));
+}
+
+}  // namespace sbp::server

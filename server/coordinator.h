@@ -1,0 +1,40 @@
+// The coordinator as a library: SQLite store, job manager, gRPC services
+// (JobService, WorkerService, RendezvousService, grpc.health.v1, reflection),
+// the lease/stall monitor and the Prometheus endpoint. `sbp-coordinator`
+// wraps it in a binary; `sbp run` embeds it in-process.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace sbp::server {
+
+struct CoordinatorOptions {
+  std::string listen = "127.0.0.1:7700";    // "host:0" picks a free port
+  std::string metrics_listen;               // "" = no metrics endpoint; "host:0" free port
+  std::string db_path;                      // SQLite file (required)
+  std::string client_token, worker_token;   // "" = no auth for that role (log a warning)
+  std::string tls_cert_path, tls_key_path;  // both or neither
+  int lease_seconds = 15, stall_seconds = 600;
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
+  std::string address() const;          // "127.0.0.1:PORT" actually bound
+  std::string metrics_address() const;  // "" when none
+  void Shutdown();                      // graceful, idempotent
+  ~Coordinator();                       // calls Shutdown
+
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+ private:
+  struct Impl;
+  explicit Coordinator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sbp::server

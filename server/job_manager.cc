@@ -1,0 +1,305 @@
+// JobManager: construction and recovery, committing changes, ids.
+#include "server/job_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/job_manager_internal.h"
+
+namespace sbp::server {
+
+using manager_internal::Scope;
+using manager_internal::ToSchedulerJob;
+using manager_internal::ValidId;
+
+// ---------------------------------------------------------------------------
+// Construction and recovery.
+
+JobManager::JobManager(Store* store, Metrics* metrics, WatchHub* hub, RendezvousStore* rendezvous,
+                       const JobManagerOptions& options)
+    : store_(store), metrics_(metrics), hub_(hub), rendezvous_(rendezvous), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Store* store, Metrics* metrics,
+                                                               WatchHub* hub,
+                                                               RendezvousStore* rendezvous,
+                                                               const JobManagerOptions& options) {
+  std::unique_ptr<JobManager> manager(new JobManager(store, metrics, hub, rendezvous, options));
+  absl::MutexLock lock(&manager->mu_);
+  RETURN_IF_ERROR(Annotate(manager->Load(), "recovering coordinator state"));
+  manager->RunScheduler();
+  manager->UpdateGauges();
+  return manager;
+}
+
+absl::Status JobManager::Load() {
+  const absl::Time now = absl::Now();
+  ASSIGN_OR_RETURN(counts_, store_->CountJobsByState());
+  for (JobState state : kAllJobStates) metrics_->SetJobCount(state, counts_[state]);
+
+  // Workers get one lease from now to call in again.
+  ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->ListWorkers());
+  for (WorkerRecord& record : workers) {
+    WorkerEntry entry;
+    entry.record = std::move(record);
+    entry.last_seen = now;
+    entry.confirmed = false;
+    workers_.emplace(entry.record.id, std::move(entry));
+  }
+
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ActiveJobs());
+  for (const JobRecord& job : jobs) {
+    if (job.state == JobState::kPending) {
+      pending_.emplace(job.id, std::make_pair(ToSchedulerJob(job), job.reason));
+    } else if (job.state == JobState::kScheduled || job.state == JobState::kRunning) {
+      LiveAttempt live;
+      live.attempt = job.attempt;
+      live.active_at = now;
+      live.succeeded.assign(job.world_size, false);
+      live.current_bytes.assign(job.world_size, 0);
+      ASSIGN_OR_RETURN(std::vector<AssignmentRecord> ranks,
+                       store_->Assignments(job.id, job.attempt));
+      for (const AssignmentRecord& a : ranks) {
+        if (a.rank >= 0 && a.rank < job.world_size && a.outcome == "SUCCEEDED") {
+          live.succeeded[a.rank] = true;
+        }
+      }
+      live_.emplace(job.id, std::move(live));
+      rendezvous_->OpenScope(Scope(job.id, job.attempt));
+    }
+  }
+
+  ASSIGN_OR_RETURN(std::vector<AssignmentRecord> active, store_->ActiveAssignments());
+  std::vector<AssignmentRecord> orphans;
+  for (AssignmentRecord& a : active) {
+    auto it = workers_.find(a.worker_id);
+    if (it == workers_.end() || it->second.record.lost) {
+      a.active = false;
+      a.outcome = "LOST";
+      orphans.push_back(std::move(a));
+    } else {
+      it->second.active.push_back(std::move(a));
+    }
+  }
+  RETURN_IF_ERROR(SaveAssignments(orphans));
+
+  for (JobRecord job : jobs) {
+    if (job.state == JobState::kRetrying) {
+      Change change;
+      AddTransition(job, change, JobState::kPending,
+                    "coordinator restarted; waiting to be rescheduled");
+      RETURN_IF_ERROR(Save(job, JobState::kRetrying, std::move(change)));
+      continue;
+    }
+    auto live = live_.find(job.id);
+    if (live == live_.end()) continue;
+    // Every rank that has not finished must be held by a worker we know.
+    std::string missing;
+    for (int rank = 0; rank < job.world_size && missing.empty(); ++rank) {
+      if (live->second.succeeded[rank]) continue;
+      const std::string worker =
+          rank < static_cast<int>(job.worker_ids.size()) ? job.worker_ids[rank] : "";
+      auto w = workers_.find(worker);
+      const bool held =
+          w != workers_.end() && std::any_of(w->second.active.begin(), w->second.active.end(),
+                                             [&](const AssignmentRecord& a) {
+                                               return a.job_id == job.id &&
+                                                      a.attempt == job.attempt && a.rank == rank;
+                                             });
+      if (!held)
+        missing = absl::StrCat("worker ", worker.empty() ? "?" : worker, " (rank ", rank, ")");
+    }
+    if (missing.empty()) continue;
+    const JobState before = job.state;
+    Change change;
+    FailAttempt(job, change, FailureClass::kLostWorker,
+                absl::StrCat(missing, " was gone when the coordinator restarted"));
+    RETURN_IF_ERROR(Save(job, before, std::move(change)));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Committing changes.
+
+void JobManager::AddTransition(JobRecord& job, Change& change, JobState to, std::string reason) {
+  CHECK(IsTransitionAllowed(job.state, to))
+      << "job " << job.id << ": " << JobStateName(job.state) << " -> " << JobStateName(to);
+  const absl::Time now = absl::Now();
+  JobEventRecord event;
+  event.job_id = job.id;
+  event.sequence = ++job.last_event_sequence;
+  event.time = now;
+  event.from_state = job.state;
+  event.to_state = to;
+  event.attempt = job.attempt;
+  event.reason = reason;
+  change.events.push_back(std::move(event));
+  job.state = to;
+  job.reason = std::move(reason);
+  if (to == JobState::kPending) job.queued_at = now;
+  if (to == JobState::kRunning && job.started_at == absl::UnixEpoch()) job.started_at = now;
+  if (IsTerminal(to)) job.finished_at = now;
+}
+
+void JobManager::AddMessage(JobRecord& job, Change& change, std::string message) {
+  JobEventRecord event;
+  event.job_id = job.id;
+  event.sequence = ++job.last_event_sequence;
+  event.time = absl::Now();
+  event.from_state = job.state;
+  event.to_state = job.state;
+  event.attempt = job.attempt;
+  event.message = std::move(message);
+  change.events.push_back(std::move(event));
+}
+
+void JobManager::FailAttempt(JobRecord& job, Change& change, FailureClass failure,
+                             absl::string_view detail) {
+  if (failure == FailureClass::kUnspecified) failure = FailureClass::kInternal;
+  FailureDecision decision =
+      DecideOnFailure(failure, job.attempt, job.max_restarts, detail, job.last_checkpoint);
+  job.failure_class = failure;
+  if (decision.next != JobState::kRetrying) {
+    AddTransition(job, change, JobState::kFailed, std::move(decision.reason));
+    return;
+  }
+  AddTransition(job, change, JobState::kRetrying, std::move(decision.reason));
+  job.worker_ids.clear();
+  AddTransition(job, change, JobState::kPending,
+                absl::StrCat("waiting to be rescheduled for attempt ", job.attempt + 1));
+  change.restarted = true;
+}
+
+absl::Status JobManager::Save(JobRecord& job, JobState before, Change change) {
+  const absl::Time now = absl::Now();
+  ++job.revision;
+  job.updated_at = now;
+  {
+    ASSIGN_OR_RETURN(sqlite::Transaction tx, store_->Begin());
+    if (change.insert) {
+      ASSIGN_OR_RETURN(job.seq, store_->InsertJob(job));
+    } else {
+      RETURN_IF_ERROR(store_->UpdateJob(job));
+    }
+    for (const JobEventRecord& event : change.events) RETURN_IF_ERROR(store_->AppendEvent(event));
+    for (const AssignmentRecord& a : change.new_assignments) {
+      RETURN_IF_ERROR(store_->InsertAssignment(a));
+    }
+    for (const AssignmentRecord& a : change.updated_assignments) {
+      RETURN_IF_ERROR(store_->UpdateAssignment(a));
+    }
+    RETURN_IF_ERROR(tx.Commit());
+  }
+
+  // Memory follows what was committed.
+  for (const AssignmentRecord& a : change.new_assignments) {
+    auto w = workers_.find(a.worker_id);
+    if (w != workers_.end()) w->second.active.push_back(a);
+  }
+  for (const AssignmentRecord& a : change.updated_assignments) {
+    auto w = workers_.find(a.worker_id);
+    if (w == workers_.end() || a.active) continue;
+    auto& list = w->second.active;
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const AssignmentRecord& x) {
+                                return x.job_id == a.job_id && x.attempt == a.attempt &&
+                                       x.rank == a.rank;
+                              }),
+               list.end());
+  }
+  if (!change.new_assignments.empty() || !change.updated_assignments.empty()) {
+    UpdateWorkerCounts();
+  }
+  if (change.insert || before != job.state) {
+    if (!change.insert) metrics_->SetJobCount(before, --counts_[before]);
+    metrics_->SetJobCount(job.state, ++counts_[job.state]);
+  }
+  if (job.state == JobState::kPending) {
+    pending_.try_emplace(job.id, ToSchedulerJob(job), job.reason);
+  } else {
+    pending_.erase(job.id);
+  }
+  auto live = live_.find(job.id);
+  if (job.state == JobState::kScheduled || job.state == JobState::kRunning) {
+    if (live == live_.end() || live->second.attempt != job.attempt) {
+      LiveAttempt fresh;
+      fresh.attempt = job.attempt;
+      fresh.active_at = now;
+      fresh.succeeded.assign(job.world_size, false);
+      fresh.current_bytes.assign(job.world_size, 0);
+      if (live != live_.end()) rendezvous_->DropScope(Scope(job.id, live->second.attempt));
+      live_[job.id] = std::move(fresh);
+      rendezvous_->OpenScope(Scope(job.id, job.attempt));
+    }
+  } else if (live != live_.end()) {
+    rendezvous_->DropScope(Scope(job.id, live->second.attempt));
+    live_.erase(live);
+    assigned_.SignalAll();  // long-polling workers of the attempt can let go of it
+  }
+  if (IsTerminal(job.state)) metrics_->RemoveJob(job.id);
+  if (change.restarted) metrics_->CountRestart();
+  hub_->Publish(job);
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::SaveAssignments(const std::vector<AssignmentRecord>& rows) {
+  if (rows.empty()) return absl::OkStatus();
+  {
+    ASSIGN_OR_RETURN(sqlite::Transaction tx, store_->Begin());
+    for (const AssignmentRecord& a : rows) RETURN_IF_ERROR(store_->UpdateAssignment(a));
+    RETURN_IF_ERROR(tx.Commit());
+  }
+  for (const AssignmentRecord& a : rows) {
+    auto w = workers_.find(a.worker_id);
+    if (w == workers_.end() || a.active) continue;
+    auto& list = w->second.active;
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const AssignmentRecord& x) {
+                                return x.job_id == a.job_id && x.attempt == a.attempt &&
+                                       x.rank == a.rank;
+                              }),
+               list.end());
+  }
+  UpdateWorkerCounts();
+  return absl::OkStatus();
+}
+
+void JobManager::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  assigned_.SignalAll();
+}
+
+// ---------------------------------------------------------------------------
+// Ids.
+
+absl::StatusOr<std::string> JobManager::NewJobId(const std::string& name) {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  for (int tries = 0; tries < 20; ++tries) {
+    std::string id = name.substr(0, 100) + "-";
+    for (int i = 0; i < 6; ++i) {
+      id.push_back(kAlphabet[absl::Uniform<size_t>(bitgen_, 0, sizeof(kAlphabet) - 1)]);
+    }
+    ASSIGN_OR_RETURN(std::optional<JobRecord> clash, store_->FindJob(id));
+    if (!clash) return id;
+  }
+  return absl::InternalError("could not find an unused job id");
+}
+
+std::string JobManager::NewWorkerId(const std::string& name) {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  const std::string base = ValidId(name) && name.size() <= 40 ? name : "worker";
+  while (true) {
+    std::string id = base + "-";
+    for (int i = 0; i < 4; ++i) {
+      id.push_back(kAlphabet[absl::Uniform<size_t>(bitgen_, 0, sizeof(kAlphabet) - 1)]);
+    }
+    if (!workers_.contains(id)) return id;
+  }
+}
+
+}  // namespace sbp::server

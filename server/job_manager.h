@@ -1,0 +1,246 @@
+// The coordinator's domain logic, free of gRPC: jobs (submit, get, list,
+// cancel, events), workers (register, heartbeat, assignments, progress,
+// finish), gang scheduling, leases and stalls, and recovery from SQLite.
+//
+// One mutex serializes every change; each change is one SQLite transaction
+// (the job row, its event rows, assignment rows), and only after it commits
+// do the in-memory indexes, the watch hub and the metrics follow. SQLite is
+// the source of truth for jobs; memory holds what the timers and the
+// scheduler need (pending jobs, live attempts, workers and their leases).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/job_state.h"
+#include "server/metrics.h"
+#include "server/records.h"
+#include "server/rendezvous.h"
+#include "server/scheduler.h"
+#include "server/store.h"
+#include "server/watch_hub.h"
+
+namespace sbp::server {
+
+// Limits the coordinator adds to the job spec's own validation.
+inline constexpr int kMaxWorldSize = 1024;
+inline constexpr int kMaxRestarts = 1000;
+inline constexpr int kMaxPriority = 1000000;
+inline constexpr int kDefaultPageSize = 100;
+inline constexpr int kMaxPageSize = 1000;
+inline constexpr int kMaxEventsPerCall = 1000;
+inline constexpr int kMaxAssignmentWaitSeconds = 30;
+
+struct JobManagerOptions {
+  absl::Duration lease = absl::Seconds(15);
+  absl::Duration stall = absl::Seconds(600);
+  absl::Duration schedule_interval = absl::Seconds(1);  // timer pass of the scheduler
+};
+
+struct SubmitResult {
+  JobRecord job;
+  bool created = false;
+};
+
+struct JobPage {
+  std::vector<JobRecord> jobs;
+  std::string next_page_token;  // "" on the last page
+};
+
+struct MemoryUsageRecord {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t capacity_bytes = 0;
+};
+
+struct WorkerView {
+  WorkerRecord record;
+  WorkerState state = WorkerState::kIdle;
+  std::string job_id;  // the attempt it runs (or still winds down)
+  MemoryUsageRecord memory;
+  absl::Time last_heartbeat = absl::UnixEpoch();
+};
+
+struct RegisterRequest {
+  std::string worker_id;  // "" for a new worker
+  std::string name;
+  DeviceKind device = DeviceKind::kCpu;
+  int64_t memory_bytes = 0;
+  std::string version;
+};
+
+struct Registration {
+  std::string worker_id;
+  int lease_seconds = 0;
+  int heartbeat_seconds = 0;
+};
+
+struct AttemptKey {
+  std::string job_id;
+  int attempt = 0;
+  bool operator==(const AttemptKey&) const = default;
+};
+
+struct HeartbeatResult {
+  bool registered = false;
+  std::vector<AttemptKey> stop_attempts;  // attempts it holds that are over
+};
+
+struct AssignmentView {
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::string spec_yaml;
+  std::string rendezvous_scope;  // "<job>/<attempt>"
+};
+
+struct ProgressReport {
+  std::string worker_id;
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  ProgressRecord progress;
+  std::string checkpoint;
+  std::string message;
+};
+
+enum class Outcome { kUnspecified = 0, kSucceeded = 1, kFailed = 2, kCancelled = 3 };
+
+struct FinishReport {
+  std::string worker_id;
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  Outcome outcome = Outcome::kUnspecified;
+  FailureClass failure_class = FailureClass::kUnspecified;
+  std::string message;
+};
+
+class JobManager {
+ public:
+  // Loads every job, worker and assignment from `store` (recovery). The
+  // pointers must outlive the manager.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(Store* store, Metrics* metrics,
+                                                            WatchHub* hub,
+                                                            RendezvousStore* rendezvous,
+                                                            const JobManagerOptions& options);
+
+  // Jobs (client API).
+  absl::StatusOr<SubmitResult> Submit(const std::string& spec_yaml, const std::string& request_id);
+  absl::StatusOr<JobRecord> GetJob(const std::string& id);
+  absl::StatusOr<JobPage> ListJobs(const std::vector<JobState>& states, int page_size,
+                                   const std::string& page_token);
+  absl::StatusOr<JobRecord> Cancel(const std::string& id, const std::string& reason);
+  absl::StatusOr<std::vector<JobEventRecord>> Events(const std::string& id, int64_t after_sequence);
+  std::vector<WorkerView> ListWorkers();
+
+  // Workers (worker API).
+  absl::StatusOr<Registration> Register(const RegisterRequest& request);
+  absl::StatusOr<HeartbeatResult> Heartbeat(const std::string& worker_id,
+                                            const MemoryUsageRecord& memory);
+  // Waits up to `wait` for work; nullopt when there is none. `cancelled` is
+  // polled while waiting (the client went away).
+  absl::StatusOr<std::optional<AssignmentView>> GetAssignment(
+      const std::string& worker_id, absl::Duration wait, const std::function<bool()>& cancelled);
+  // Returns whether the job was cancelled (the worker should stop).
+  absl::StatusOr<bool> ReportProgress(const ProgressReport& report);
+  absl::Status Finish(const FinishReport& report);
+  // OK when `scope` is "<job>/<attempt>" of an attempt that is SCHEDULED or
+  // RUNNING; NotFound for an unknown job, Aborted for an attempt that is over.
+  absl::Status CheckRendezvousScope(const std::string& scope);
+
+  // Expires leases, fails stalled attempts, runs the scheduler on its timer
+  // and refreshes gauges. Called by the monitor thread.
+  void Tick();
+  // Ends every long-poll; later calls still work but do not wait.
+  void Shutdown();
+
+ private:
+  struct WorkerEntry {
+    WorkerRecord record;
+    absl::Time last_seen;   // lease clock
+    bool confirmed = true;  // false after a restart until the worker calls in
+    MemoryUsageRecord memory;
+    std::vector<AssignmentRecord> active;
+  };
+  struct LiveAttempt {  // a SCHEDULED or RUNNING job
+    int attempt = 0;
+    absl::Time active_at;                // stall clock
+    std::vector<bool> succeeded;         // by rank
+    std::vector<int64_t> current_bytes;  // by rank, latest report
+    int64_t peak_bytes = 0;              // max over ranks and reports
+  };
+  // One atomic change: the job row and everything that goes with it.
+  struct Change {
+    bool insert = false;
+    bool restarted = false;  // counts in sbp_job_restarts_total once committed
+    std::vector<JobEventRecord> events;
+    std::vector<AssignmentRecord> new_assignments;
+    std::vector<AssignmentRecord> updated_assignments;
+  };
+
+  JobManager(Store* store, Metrics* metrics, WatchHub* hub, RendezvousStore* rendezvous,
+             const JobManagerOptions& options);
+  absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Moves `job` to `to` inside `change` (event, timestamps); CHECKs the edge.
+  void AddTransition(JobRecord& job, Change& change, JobState to, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddMessage(JobRecord& job, Change& change, std::string message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Decides retry or failure for the job's current attempt.
+  void FailAttempt(JobRecord& job, Change& change, FailureClass failure, absl::string_view detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Commits `job` (revision + 1) with `change`, then updates memory, the
+  // watch hub and metrics. `before` is the state the job had when loaded.
+  absl::Status Save(JobRecord& job, JobState before, Change change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SaveAssignments(const std::vector<AssignmentRecord>& rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void RunScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status MarkLost(WorkerEntry& worker, absl::string_view why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lets go of the worker's assignments whose attempts are over; true when any.
+  bool ReleaseFinishedAssignments(WorkerEntry& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<WorkerEntry*> LiveWorker(const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsLive(const AssignmentRecord& a) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::string> NewJobId(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewWorkerId(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateWorkerCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Store* const store_;
+  Metrics* const metrics_;
+  WatchHub* const hub_;
+  RendezvousStore* const rendezvous_;
+  const JobManagerOptions options_;
+
+  absl::Mutex mu_;
+  absl::CondVar assigned_;  // signalled when the scheduler places jobs
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, LiveAttempt> live_ ABSL_GUARDED_BY(mu_);
+  // Pending jobs with the reason last written for them.
+  absl::flat_hash_map<std::string, std::pair<SchedulerJob, std::string>> pending_
+      ABSL_GUARDED_BY(mu_);
+  std::map<JobState, int64_t> counts_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_schedule_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sbp::server

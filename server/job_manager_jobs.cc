@@ -1,0 +1,205 @@
+// JobManager: the client API (submit, get, list, cancel, events, workers).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/job_manager.h"
+#include "server/job_manager_internal.h"
+#include "worker/train/job_spec.h"
+
+namespace sbp::server {
+
+using manager_internal::InvalidField;
+using manager_internal::kMaxRequestIdLength;
+using manager_internal::kMaxTextLength;
+
+namespace {
+
+constexpr char kPageTokenPrefix[] = "jobs-before:";
+
+std::string PageToken(int64_t seq) {
+  return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenPrefix, seq));
+}
+
+absl::StatusOr<int64_t> ParsePageToken(const std::string& token) {
+  std::string text;
+  int64_t seq = 0;
+  if (!absl::WebSafeBase64Unescape(token, &text) || !absl::StartsWith(text, kPageTokenPrefix) ||
+      !absl::SimpleAtoi(absl::string_view(text).substr(sizeof(kPageTokenPrefix) - 1), &seq) ||
+      seq <= 0) {
+    return InvalidField("page_token", "is not a token returned by an earlier List call");
+  }
+  return seq;
+}
+
+// Limits beyond the spec parser's: what fits the protocol and the cluster.
+absl::Status CheckSpecLimits(const JobSpec& spec) {
+  if (spec.resources.world_size > kMaxWorldSize) {
+    return InvalidField(
+        "spec: resources.world_size",
+        absl::StrCat("must be at most ", kMaxWorldSize, " (got ", spec.resources.world_size, ")"));
+  }
+  if (spec.max_restarts > kMaxRestarts) {
+    return InvalidField("spec: max_restarts", absl::StrCat("must be at most ", kMaxRestarts,
+                                                           " (got ", spec.max_restarts, ")"));
+  }
+  if (spec.priority > kMaxPriority || spec.priority < -kMaxPriority) {
+    return InvalidField("spec: priority", absl::StrCat("must be between ", -kMaxPriority, " and ",
+                                                       kMaxPriority, " (got ", spec.priority, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Jobs.
+
+absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
+                                                const std::string& request_id) {
+  if (spec_yaml.empty()) return InvalidField("spec_yaml", "is required (the job spec as YAML)");
+  if (spec_yaml.size() > kMaxTextLength) {
+    return InvalidField("spec_yaml", absl::StrCat("must be at most ", kMaxTextLength,
+                                                  " bytes (got ", spec_yaml.size(), ")"));
+  }
+  if (request_id.size() > kMaxRequestIdLength) {
+    return InvalidField("request_id",
+                        absl::StrCat("must be at most ", kMaxRequestIdLength, " characters"));
+  }
+  absl::StatusOr<JobSpec> parsed = ParseJobSpec(spec_yaml, "spec");
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(parsed.status().message());
+  }
+  const JobSpec& spec = *parsed;
+  RETURN_IF_ERROR(CheckSpecLimits(spec));
+  const std::string spec_json = JobSpecToJson(spec);
+
+  absl::MutexLock lock(&mu_);
+  if (!request_id.empty()) {
+    ASSIGN_OR_RETURN(std::optional<JobRecord> existing, store_->FindJobByRequestId(request_id));
+    if (existing) {
+      if (existing->spec_json != spec_json) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("request_id: \"", request_id, "\" was already used for job ", existing->id,
+                         " with a different spec; use a new request_id for a new job"));
+      }
+      return SubmitResult{std::move(*existing), false};
+    }
+  }
+  const absl::Time now = absl::Now();
+  JobRecord job;
+  ASSIGN_OR_RETURN(job.id, NewJobId(spec.name));
+  job.name = spec.name;
+  job.spec_yaml = spec_yaml;
+  job.spec_json = spec_json;
+  job.state = JobState::kUnspecified;
+  job.max_restarts = static_cast<int>(spec.max_restarts);
+  job.priority = static_cast<int>(spec.priority);
+  job.world_size = static_cast<int>(spec.resources.world_size);
+  job.device = spec.resources.device;
+  job.required_memory_bytes = spec.resources.memory_bytes;
+  job.request_id = request_id;
+  job.created_at = now;
+  Change change;
+  change.insert = true;
+  AddTransition(job, change, JobState::kPending, "submitted");
+  RETURN_IF_ERROR(Save(job, JobState::kUnspecified, std::move(change)));
+  LOG(INFO) << "job " << job.id << " submitted (world_size " << job.world_size << ", "
+            << DeviceName(job.device) << ")";
+  RunScheduler();
+  ASSIGN_OR_RETURN(JobRecord latest, store_->GetJob(job.id));
+  return SubmitResult{std::move(latest), true};
+}
+
+absl::StatusOr<JobRecord> JobManager::GetJob(const std::string& id) {
+  if (id.empty()) return InvalidField("id", "is required");
+  absl::MutexLock lock(&mu_);
+  return store_->GetJob(id);
+}
+
+absl::StatusOr<JobPage> JobManager::ListJobs(const std::vector<JobState>& states, int page_size,
+                                             const std::string& page_token) {
+  if (page_size < 0) {
+    return InvalidField("page_size", absl::StrCat("must not be negative (got ", page_size, ")"));
+  }
+  if (page_size == 0) page_size = kDefaultPageSize;
+  page_size = std::min(page_size, kMaxPageSize);
+  int64_t before = 0;
+  if (!page_token.empty()) {
+    ASSIGN_OR_RETURN(before, ParsePageToken(page_token));
+  }
+  for (JobState state : states) {
+    if (state == JobState::kUnspecified) {
+      return InvalidField("states", "JOB_STATE_UNSPECIFIED is not a state to filter by");
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ListJobs(states, before, page_size + 1));
+  JobPage page;
+  if (static_cast<int>(jobs.size()) > page_size) {
+    jobs.resize(page_size);
+    page.next_page_token = PageToken(jobs.back().seq);
+  }
+  page.jobs = std::move(jobs);
+  return page;
+}
+
+absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, const std::string& reason) {
+  if (id.empty()) return InvalidField("id", "is required");
+  if (reason.size() > kMaxTextLength) return InvalidField("reason", "is too long");
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
+  if (IsTerminal(job.state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " already finished (", JobStateName(job.state),
+                     "); only PENDING, SCHEDULED, RUNNING or RETRYING jobs can be cancelled"));
+  }
+  const JobState before = job.state;
+  Change change;
+  AddTransition(
+      job, change, JobState::kCancelled,
+      reason.empty() ? std::string("cancelled by the user") : absl::StrCat("cancelled: ", reason));
+  RETURN_IF_ERROR(Save(job, before, std::move(change)));
+  LOG(INFO) << "job " << id << " cancelled (was " << JobStateName(before) << ")";
+  RunScheduler();
+  return job;
+}
+
+absl::StatusOr<std::vector<JobEventRecord>> JobManager::Events(const std::string& id,
+                                                               int64_t after_sequence) {
+  if (id.empty()) return InvalidField("id", "is required");
+  if (after_sequence < 0) {
+    return InvalidField("after_sequence",
+                        absl::StrCat("must not be negative (got ", after_sequence, ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(std::optional<JobRecord> job, store_->FindJob(id));
+  if (!job) return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
+  return store_->ListEvents(id, after_sequence, kMaxEventsPerCall);
+}
+
+std::vector<WorkerView> JobManager::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerView> out;
+  for (const auto& [id, w] : workers_) {
+    WorkerView view;
+    view.record = w.record;
+    view.state = w.record.lost      ? WorkerState::kLost
+                 : w.active.empty() ? WorkerState::kIdle
+                                    : WorkerState::kBusy;
+    if (!w.active.empty()) view.job_id = w.active.front().job_id;
+    view.memory = w.memory;
+    view.last_heartbeat = w.record.lost ? w.record.last_heartbeat : w.last_seen;
+    out.push_back(std::move(view));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const WorkerView& a, const WorkerView& b) { return a.record.id < b.record.id; });
+  return out;
+}
+
+}  // namespace sbp::server

@@ -1,0 +1,341 @@
+// JobManager: the worker API (register, heartbeat, assignments, progress, finish).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/byte_size.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/job_manager.h"
+#include "server/job_manager_internal.h"
+
+namespace sbp::server {
+
+using manager_internal::InvalidField;
+using manager_internal::kMaxIdLength;
+using manager_internal::kMaxTextLength;
+using manager_internal::OutcomeName;
+using manager_internal::Scope;
+using manager_internal::ValidId;
+
+// ---------------------------------------------------------------------------
+// Workers.
+
+absl::StatusOr<JobManager::WorkerEntry*> JobManager::LiveWorker(const std::string& worker_id) {
+  if (worker_id.empty()) return InvalidField("worker_id", "is required");
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.record.lost) {
+    return absl::NotFoundError(absl::StrCat(
+        "worker ", worker_id,
+        " is not registered (its lease expired or the coordinator lost it); register again"));
+  }
+  it->second.last_seen = absl::Now();
+  it->second.confirmed = true;
+  return &it->second;
+}
+
+bool JobManager::IsLive(const AssignmentRecord& a) const {
+  auto it = live_.find(a.job_id);
+  return it != live_.end() && it->second.attempt == a.attempt;
+}
+
+bool JobManager::ReleaseFinishedAssignments(WorkerEntry& worker) {
+  std::vector<AssignmentRecord> released;
+  for (const AssignmentRecord& a : worker.active) {
+    if (IsLive(a)) continue;
+    AssignmentRecord r = a;
+    r.active = false;
+    r.outcome = "RELEASED";
+    released.push_back(std::move(r));
+  }
+  if (released.empty()) return false;
+  absl::Status status = SaveAssignments(released);
+  if (!status.ok()) {
+    LOG(ERROR) << "releasing assignments of worker " << worker.record.id << ": " << status;
+    return false;
+  }
+  return true;
+}
+
+absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request) {
+  if (request.memory_bytes <= 0) {
+    return InvalidField("memory_bytes", absl::StrCat("must be a positive number of bytes (got ",
+                                                     request.memory_bytes, ")"));
+  }
+  if (request.name.size() > kMaxIdLength) {
+    return InvalidField("name", absl::StrCat("must be at most ", kMaxIdLength, " characters"));
+  }
+  if (!request.worker_id.empty() && !ValidId(request.worker_id)) {
+    return InvalidField("worker_id", "must be an id returned by an earlier Register");
+  }
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  std::string id = request.worker_id.empty() ? NewWorkerId(request.name) : request.worker_id;
+  auto [it, created] = workers_.try_emplace(id);
+  WorkerEntry& entry = it->second;
+  const bool was_lost = !created && entry.record.lost;
+  entry.record.id = id;
+  entry.record.name = request.name.empty() ? id : request.name;
+  entry.record.device = request.device;
+  entry.record.memory_bytes = request.memory_bytes;
+  entry.record.version = request.version;
+  if (created || was_lost) entry.record.registered_at = now;
+  entry.record.last_heartbeat = now;
+  entry.record.lost = false;
+  entry.last_seen = now;
+  entry.confirmed = true;
+  entry.memory.capacity_bytes = request.memory_bytes;
+  absl::Status saved = store_->UpsertWorker(entry.record);
+  if (!saved.ok()) {
+    if (created) workers_.erase(it);
+    return saved;
+  }
+  LOG(INFO) << "worker " << id << (created ? " registered" : " re-registered") << " ("
+            << DeviceName(request.device) << ", " << FormatByteSize(request.memory_bytes) << ")";
+  RunScheduler();
+  UpdateGauges();
+  const int lease = static_cast<int>(absl::ToInt64Seconds(options_.lease));
+  return Registration{id, lease, std::max(1, lease / 3)};
+}
+
+absl::StatusOr<HeartbeatResult> JobManager::Heartbeat(const std::string& worker_id,
+                                                      const MemoryUsageRecord& memory) {
+  if (worker_id.empty()) return InvalidField("worker_id", "is required");
+  absl::MutexLock lock(&mu_);
+  HeartbeatResult result;
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.record.lost) return result;
+  WorkerEntry& w = it->second;
+  const bool was_confirmed = w.confirmed;
+  const absl::Time now = absl::Now();
+  w.last_seen = now;
+  w.confirmed = true;
+  w.memory.current_bytes = memory.current_bytes;
+  w.memory.peak_bytes = memory.peak_bytes;
+  if (memory.capacity_bytes > 0) w.memory.capacity_bytes = memory.capacity_bytes;
+  if (now - w.record.last_heartbeat > options_.lease / 2) {
+    w.record.last_heartbeat = now;
+    absl::Status saved = store_->UpsertWorker(w.record);
+    if (!saved.ok()) LOG(WARNING) << "saving heartbeat of " << worker_id << ": " << saved;
+  }
+  result.registered = true;
+  for (const AssignmentRecord& a : w.active) {
+    if (!IsLive(a)) result.stop_attempts.push_back({a.job_id, a.attempt});
+  }
+  if (!was_confirmed) RunScheduler();
+  return result;
+}
+
+absl::StatusOr<std::optional<AssignmentView>> JobManager::GetAssignment(
+    const std::string& worker_id, absl::Duration wait, const std::function<bool()>& cancelled) {
+  if (worker_id.empty()) return InvalidField("worker_id", "is required");
+  wait = std::clamp(wait, absl::ZeroDuration(), absl::Seconds(kMaxAssignmentWaitSeconds));
+  const absl::Time deadline = absl::Now() + wait;
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    ASSIGN_OR_RETURN(WorkerEntry * w, LiveWorker(worker_id));
+    // Asking for work means the worker runs nothing: let go of what is over.
+    if (ReleaseFinishedAssignments(*w)) RunScheduler();
+    for (const AssignmentRecord& a : w->active) {
+      if (!IsLive(a)) continue;
+      ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(a.job_id));
+      return AssignmentView{a.job_id,       a.attempt,     a.rank,
+                            job.world_size, job.spec_yaml, Scope(a.job_id, a.attempt)};
+    }
+    const absl::Time now = absl::Now();
+    if (shutdown_ || now >= deadline || (cancelled && cancelled())) {
+      return std::optional<AssignmentView>();
+    }
+    assigned_.WaitWithDeadline(&mu_, std::min(deadline, now + absl::Milliseconds(500)));
+  }
+}
+
+absl::StatusOr<bool> JobManager::ReportProgress(const ProgressReport& report) {
+  if (report.job_id.empty()) return InvalidField("job_id", "is required");
+  if (report.attempt < 1) {
+    return InvalidField("attempt", absl::StrCat("must be at least 1 (got ", report.attempt, ")"));
+  }
+  if (report.checkpoint.size() > kMaxTextLength || report.message.size() > kMaxTextLength) {
+    return InvalidField(report.checkpoint.size() > kMaxTextLength ? "checkpoint" : "message",
+                        absl::StrCat("must be at most ", kMaxTextLength, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(WorkerEntry * w, LiveWorker(report.worker_id));
+  ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(report.job_id));
+  const bool holds =
+      std::any_of(w->active.begin(), w->active.end(), [&](const AssignmentRecord& a) {
+        return a.job_id == report.job_id && a.attempt == report.attempt && a.rank == report.rank;
+      });
+  if (report.attempt != job.attempt) {
+    return absl::AbortedError(absl::StrCat("attempt ", report.attempt, " of job ", job.id,
+                                           " is stale: the job is on attempt ", job.attempt));
+  }
+  if (!holds) {
+    return absl::AbortedError(absl::StrCat("worker ", w->record.id, " does not hold rank ",
+                                           report.rank, " of job ", job.id, " attempt ",
+                                           report.attempt));
+  }
+  if (job.state == JobState::kCancelled) return true;
+  auto live = live_.find(job.id);
+  if (live == live_.end()) {
+    return absl::AbortedError(absl::StrCat("attempt ", report.attempt, " of job ", job.id,
+                                           " is over (the job is ", JobStateName(job.state), ")"));
+  }
+  LiveAttempt& attempt = live->second;
+  const absl::Time now = absl::Now();
+  attempt.active_at = now;
+  if (report.rank >= 0 && report.rank < static_cast<int>(attempt.current_bytes.size())) {
+    attempt.current_bytes[report.rank] = report.progress.current_bytes;
+  }
+  const bool peak_rose = report.progress.peak_bytes > attempt.peak_bytes;
+  attempt.peak_bytes = std::max(attempt.peak_bytes, report.progress.peak_bytes);
+  const bool lead = report.rank == 0;
+  if (!lead && !peak_rose && report.checkpoint.empty() && report.message.empty() &&
+      job.state == JobState::kRunning) {
+    return false;  // nothing visible changed: no write
+  }
+
+  const JobState before = job.state;
+  Change change;
+  if (job.state == JobState::kScheduled) {
+    AddTransition(
+        job, change, JobState::kRunning,
+        absl::StrCat("attempt ", job.attempt, " running on ", absl::StrJoin(job.worker_ids, ", ")));
+  }
+  if (lead) {
+    job.progress = report.progress;
+    job.progress.updated_at = now;
+  }
+  job.progress.peak_bytes = attempt.peak_bytes;
+  job.progress.current_bytes =
+      *std::max_element(attempt.current_bytes.begin(), attempt.current_bytes.end());
+  if (!report.checkpoint.empty()) {
+    job.last_checkpoint = report.checkpoint;
+    AddMessage(job, change,
+               absl::StrCat("checkpoint ", report.checkpoint, " at step ", report.progress.step));
+  }
+  if (!report.message.empty()) {
+    AddMessage(job, change, absl::StrCat("rank ", report.rank, ": ", report.message));
+  }
+  job.active_at = now;
+  RETURN_IF_ERROR(Save(job, before, std::move(change)));
+  if (before == JobState::kScheduled) {
+    metrics_->ObserveQueueWait(absl::ToDoubleSeconds(now - job.queued_at));
+  }
+  metrics_->SetJobProgress(job.id, static_cast<double>(job.progress.step),
+                           job.progress.tokens_per_second,
+                           static_cast<double>(job.progress.peak_bytes));
+  return false;
+}
+
+absl::Status JobManager::Finish(const FinishReport& report) {
+  if (report.job_id.empty()) return InvalidField("job_id", "is required");
+  if (report.outcome == Outcome::kUnspecified) {
+    return InvalidField("outcome",
+                        "must be OUTCOME_SUCCEEDED, OUTCOME_FAILED or OUTCOME_CANCELLED");
+  }
+  if (report.message.size() > kMaxTextLength) {
+    return InvalidField("message", absl::StrCat("must be at most ", kMaxTextLength, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(WorkerEntry * w, LiveWorker(report.worker_id));
+  ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(report.job_id));
+  auto held = std::find_if(w->active.begin(), w->active.end(), [&](const AssignmentRecord& a) {
+    return a.job_id == report.job_id && a.attempt == report.attempt && a.rank == report.rank;
+  });
+  if (held == w->active.end()) {
+    return absl::AbortedError(absl::StrCat("worker ", w->record.id, " does not hold rank ",
+                                           report.rank, " of job ", job.id, " attempt ",
+                                           report.attempt));
+  }
+  AssignmentRecord done = *held;
+  done.active = false;
+  done.outcome = std::string(OutcomeName(report.outcome));
+  const std::string worker_id = w->record.id;
+
+  auto live = live_.find(job.id);
+  if (live == live_.end() || live->second.attempt != report.attempt) {
+    // The attempt is over; the worker is free again either way.
+    RETURN_IF_ERROR(SaveAssignments({done}));
+    RunScheduler();
+    if (job.state == JobState::kCancelled && report.attempt == job.attempt) {
+      return absl::OkStatus();
+    }
+    return absl::AbortedError(absl::StrCat("attempt ", report.attempt, " of job ", job.id,
+                                           " is over (the job is ", JobStateName(job.state),
+                                           ", attempt ", job.attempt, ")"));
+  }
+
+  const JobState before = job.state;
+  const std::string who = absl::StrCat("rank ", report.rank, " on worker ", worker_id);
+  const std::string detail =
+      report.message.empty() ? std::string() : absl::StrCat(": ", report.message);
+  Change change;
+  change.updated_assignments.push_back(done);
+  switch (report.outcome) {
+    case Outcome::kFailed: {
+      const FailureClass failure = report.failure_class == FailureClass::kUnspecified
+                                       ? FailureClass::kInternal
+                                       : report.failure_class;
+      FailAttempt(job, change, failure,
+                  absl::StrCat(who, " failed (", FailureClassName(failure), ")", detail));
+      break;
+    }
+    case Outcome::kCancelled:
+      AddTransition(job, change, JobState::kCancelled, absl::StrCat(who, " cancelled", detail));
+      break;
+    case Outcome::kSucceeded:
+    case Outcome::kUnspecified: {
+      LiveAttempt& attempt = live->second;
+      if (report.rank >= 0 && report.rank < static_cast<int>(attempt.succeeded.size())) {
+        attempt.succeeded[report.rank] = true;
+      }
+      const bool all =
+          std::all_of(attempt.succeeded.begin(), attempt.succeeded.end(), [](bool b) { return b; });
+      if (!all) {
+        RETURN_IF_ERROR(SaveAssignments({done}));
+        return absl::OkStatus();
+      }
+      if (job.state == JobState::kScheduled) {
+        AddTransition(
+            job, change, JobState::kRunning,
+            absl::StrCat("attempt ", job.attempt, " ran on ", absl::StrJoin(job.worker_ids, ", ")));
+      }
+      AddTransition(job, change, JobState::kSucceeded,
+                    job.world_size == 1
+                        ? absl::StrCat("finished at step ", job.progress.step)
+                        : absl::StrCat("all ", job.world_size, " ranks finished at step ",
+                                       job.progress.step));
+      break;
+    }
+  }
+  RETURN_IF_ERROR(Save(job, before, std::move(change)));
+  LOG(INFO) << "job " << job.id << " attempt " << report.attempt << ": " << who << " "
+            << OutcomeName(report.outcome) << " -> " << JobStateName(job.state);
+  RunScheduler();
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::CheckRendezvousScope(const std::string& scope) {
+  const size_t slash = scope.rfind('/');
+  int attempt = 0;
+  if (slash == std::string::npos || slash == 0 ||
+      !absl::SimpleAtoi(absl::string_view(scope).substr(slash + 1), &attempt) || attempt < 1) {
+    return InvalidField("scope", absl::StrCat("must be \"<job>/<attempt>\" as given in the "
+                                              "assignment (got \"",
+                                              scope, "\")"));
+  }
+  const std::string job_id = scope.substr(0, slash);
+  absl::MutexLock lock(&mu_);
+  auto live = live_.find(job_id);
+  if (live != live_.end() && live->second.attempt == attempt) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::optional<JobRecord> job, store_->FindJob(job_id));
+  if (!job) return absl::NotFoundError(absl::StrCat("scope ", scope, ": no job ", job_id));
+  return absl::AbortedError(absl::StrCat("scope ", scope, ": attempt ", attempt, " of job ", job_id,
+                                         " is not running (the job is ", JobStateName(job->state),
+                                         ", attempt ", job->attempt, ")"));
+}
+
+}  // namespace sbp::server

@@ -1,0 +1,150 @@
+#include "server/proto_convert.h"
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/timestamp.pb.h"
+
+namespace sbp::server {
+namespace {
+
+namespace v1 = streambp::v1;
+
+void SetTime(absl::Time t, google::protobuf::Timestamp* out) {
+  const int64_t us = absl::ToUnixMicros(t);
+  out->set_seconds(us / 1000000);
+  out->set_nanos(static_cast<int32_t>(us % 1000000) * 1000);
+}
+
+absl::Time GetTime(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
+v1::DeviceKind DeviceToProto(DeviceKind device) {
+  return device == DeviceKind::kCuda ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
+}
+
+}  // namespace
+
+void ToProto(const JobRecord& job, v1::Job* out) {
+  out->set_id(job.id);
+  out->set_name(job.name);
+  out->set_spec_yaml(job.spec_yaml);
+  out->set_state(static_cast<v1::JobState>(job.state));
+  out->set_reason(job.reason);
+  out->set_attempt(job.attempt);
+  out->set_max_restarts(job.max_restarts);
+  out->set_priority(job.priority);
+  out->set_world_size(job.world_size);
+  out->clear_worker_ids();
+  for (const std::string& w : job.worker_ids) out->add_worker_ids(w);
+  v1::JobProgress* p = out->mutable_progress();
+  p->set_step(job.progress.step);
+  p->set_total_steps(job.progress.total_steps);
+  p->set_loss(job.progress.loss);
+  p->set_learning_rate(job.progress.learning_rate);
+  p->set_grad_norm(job.progress.grad_norm);
+  p->set_tokens_per_second(job.progress.tokens_per_second);
+  p->set_tokens_total(job.progress.tokens_total);
+  p->set_mfu(job.progress.mfu);
+  p->set_peak_bytes(job.progress.peak_bytes);
+  p->set_current_bytes(job.progress.current_bytes);
+  p->set_step_seconds(job.progress.step_seconds);
+  p->set_eta_seconds(job.progress.eta_seconds);
+  if (job.progress.updated_at != absl::UnixEpoch()) {
+    SetTime(job.progress.updated_at, p->mutable_updated_at());
+  }
+  out->set_failure_class(static_cast<v1::FailureClass>(job.failure_class));
+  out->set_last_checkpoint(job.last_checkpoint);
+  out->set_required_memory_bytes(job.required_memory_bytes);
+  out->set_request_id(job.request_id);
+  out->set_revision(job.revision);
+  if (job.created_at != absl::UnixEpoch()) SetTime(job.created_at, out->mutable_created_at());
+  if (job.updated_at != absl::UnixEpoch()) SetTime(job.updated_at, out->mutable_updated_at());
+  if (job.started_at != absl::UnixEpoch()) SetTime(job.started_at, out->mutable_started_at());
+  if (job.finished_at != absl::UnixEpoch()) SetTime(job.finished_at, out->mutable_finished_at());
+}
+
+void ToProto(const JobEventRecord& event, v1::JobEvent* out) {
+  out->set_sequence(event.sequence);
+  SetTime(event.time, out->mutable_time());
+  out->set_from_state(static_cast<v1::JobState>(event.from_state));
+  out->set_to_state(static_cast<v1::JobState>(event.to_state));
+  out->set_attempt(event.attempt);
+  out->set_reason(event.reason);
+  out->set_message(event.message);
+}
+
+void ToProto(const WorkerView& worker, v1::Worker* out) {
+  out->set_id(worker.record.id);
+  out->set_name(worker.record.name);
+  out->set_device(DeviceToProto(worker.record.device));
+  out->set_memory_bytes(worker.record.memory_bytes);
+  out->set_state(std::string(WorkerStateName(worker.state)));
+  out->set_job_id(worker.job_id);
+  out->mutable_memory()->set_current_bytes(worker.memory.current_bytes);
+  out->mutable_memory()->set_peak_bytes(worker.memory.peak_bytes);
+  out->mutable_memory()->set_capacity_bytes(worker.memory.capacity_bytes);
+  if (worker.last_heartbeat != absl::UnixEpoch()) {
+    SetTime(worker.last_heartbeat, out->mutable_last_heartbeat());
+  }
+  out->set_version(worker.record.version);
+}
+
+void ToProto(const AssignmentView& assignment, v1::Assignment* out) {
+  out->set_job_id(assignment.job_id);
+  out->set_attempt(assignment.attempt);
+  out->set_rank(assignment.rank);
+  out->set_world_size(assignment.world_size);
+  out->set_spec_yaml(assignment.spec_yaml);
+  out->set_rendezvous_scope(assignment.rendezvous_scope);
+}
+
+ProgressRecord FromProto(const v1::JobProgress& p) {
+  ProgressRecord r;
+  r.step = p.step();
+  r.total_steps = p.total_steps();
+  r.loss = p.loss();
+  r.learning_rate = p.learning_rate();
+  r.grad_norm = p.grad_norm();
+  r.tokens_per_second = p.tokens_per_second();
+  r.tokens_total = p.tokens_total();
+  r.mfu = p.mfu();
+  r.peak_bytes = p.peak_bytes();
+  r.current_bytes = p.current_bytes();
+  r.step_seconds = p.step_seconds();
+  r.eta_seconds = p.eta_seconds();
+  if (p.has_updated_at()) r.updated_at = GetTime(p.updated_at());
+  return r;
+}
+
+MemoryUsageRecord FromProto(const v1::MemoryUsage& m) {
+  return MemoryUsageRecord{m.current_bytes(), m.peak_bytes(), m.capacity_bytes()};
+}
+
+JobState FromProto(v1::JobState state) {
+  const int value = static_cast<int>(state);
+  return value >= 1 && value <= 7 ? static_cast<JobState>(value) : JobState::kUnspecified;
+}
+
+FailureClass FromProto(v1::FailureClass failure) {
+  const int value = static_cast<int>(failure);
+  return value >= 1 && value <= 5 ? static_cast<FailureClass>(value) : FailureClass::kUnspecified;
+}
+
+Outcome FromProto(v1::Outcome outcome) {
+  const int value = static_cast<int>(outcome);
+  return value >= 1 && value <= 3 ? static_cast<Outcome>(value) : Outcome::kUnspecified;
+}
+
+absl::StatusOr<DeviceKind> DeviceFromProto(v1::DeviceKind device, absl::string_view field) {
+  switch (device) {
+    case v1::DEVICE_KIND_CPU:
+      return DeviceKind::kCpu;
+    case v1::DEVICE_KIND_CUDA:
+      return DeviceKind::kCuda;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be DEVICE_KIND_CPU or DEVICE_KIND_CUDA"));
+  }
+}
+
+}  // namespace sbp::server

@@ -1,0 +1,103 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "server/records.h"
+
+namespace sbp::server {
+namespace {
+
+std::string Workers(int64_t n) { return n == 1 ? "worker" : "workers"; }
+
+std::string MemoryClause(int64_t bytes) {
+  return bytes > 0 ? absl::StrCat(" with >= ", FormatByteSize(bytes)) : std::string();
+}
+
+}  // namespace
+
+ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
+                        const std::vector<SchedulerWorker>& workers) {
+  std::stable_sort(jobs.begin(), jobs.end(), [](const SchedulerJob& a, const SchedulerJob& b) {
+    if (a.priority != b.priority) return a.priority > b.priority;
+    return a.seq < b.seq;
+  });
+  // Worker indexes, smallest memory first, stable in the given order.
+  std::vector<size_t> order(workers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return workers[a].memory_bytes < workers[b].memory_bytes;
+  });
+  std::vector<bool> free(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) free[i] = workers[i].idle;
+  absl::flat_hash_map<size_t, std::string> held_for;  // worker index -> job holding it
+
+  ScheduleResult result;
+  for (const SchedulerJob& job : jobs) {
+    const std::string device(DeviceName(job.device));
+    std::vector<size_t> candidates;
+    int64_t on_device = 0, eligible = 0, busy = 0, held = 0, too_small = 0;
+    std::string holder;
+    for (size_t i : order) {
+      const SchedulerWorker& w = workers[i];
+      if (w.device != job.device) continue;
+      ++on_device;
+      if (w.memory_bytes < job.memory_bytes) {
+        ++too_small;
+        continue;
+      }
+      ++eligible;
+      if (free[i]) {
+        candidates.push_back(i);
+      } else if (auto it = held_for.find(i); it != held_for.end()) {
+        ++held;
+        if (holder.empty()) holder = it->second;
+      } else {
+        ++busy;
+      }
+    }
+    const int64_t need = job.world_size;
+    if (static_cast<int64_t>(candidates.size()) >= need) {
+      Placement placement{job.id, {}};
+      for (int64_t r = 0; r < need; ++r) {
+        free[candidates[r]] = false;
+        placement.worker_ids.push_back(workers[candidates[r]].id);
+      }
+      result.placements.push_back(std::move(placement));
+      continue;
+    }
+    std::string reason;
+    if (on_device == 0) {
+      reason = absl::StrCat("no ", device, " workers registered");
+    } else if (eligible < need) {
+      // It can never fit the workers registered now; more may join.
+      reason = absl::StrCat("needs ", need, " ", device, " ", Workers(need),
+                            MemoryClause(job.memory_bytes), " but only ");
+      if (job.memory_bytes > 0) {
+        absl::StrAppend(&reason, eligible, " of ", on_device, " registered ", device,
+                        " workers have enough memory");
+      } else {
+        absl::StrAppend(&reason, on_device, " ", on_device == 1 ? "is" : "are", " registered");
+      }
+      absl::StrAppend(&reason, "; waiting for workers to join");
+    } else {
+      reason = absl::StrCat("needs ", need, " idle ", device, " ", Workers(need),
+                            MemoryClause(job.memory_bytes), "; ", candidates.size(), " idle (",
+                            busy, " busy, ", too_small, " too small");
+      if (held > 0) absl::StrAppend(&reason, ", ", held, " held for earlier job ", holder);
+      absl::StrAppend(&reason, ")");
+      // The job fits the cluster: keep the idle workers it could use for it.
+      for (size_t i : candidates) {
+        free[i] = false;
+        held_for[i] = job.id;
+      }
+    }
+    result.waiting.push_back({job.id, std::move(reason)});
+  }
+  return result;
+}
+
+}  // namespace sbp::server

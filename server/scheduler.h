@@ -1,0 +1,55 @@
+// Gang scheduling as a pure function: pending jobs (highest priority first,
+// then oldest first) get all `world_size` workers they need at once or none.
+// A worker fits a job when its device matches and its memory covers the
+// job's per-worker requirement. A job that fits the cluster but not the idle
+// workers holds the idle workers it could use, so later jobs cannot starve
+// it; a job that can never fit the registered workers holds nothing. Every
+// job left waiting gets a reason a user can act on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+
+namespace sbp::server {
+
+struct SchedulerJob {
+  std::string id;
+  int64_t seq = 0;  // creation order: FIFO among equal priorities
+  int priority = 0;
+  int world_size = 1;
+  DeviceKind device = DeviceKind::kCpu;
+  int64_t memory_bytes = 0;  // per worker; 0: any
+};
+
+// A live worker; `idle` when it runs nothing and may take work now.
+struct SchedulerWorker {
+  std::string id;
+  DeviceKind device = DeviceKind::kCpu;
+  int64_t memory_bytes = 0;
+  bool idle = false;
+};
+
+struct Placement {
+  std::string job_id;
+  std::vector<std::string> worker_ids;  // by rank
+};
+
+struct WaitingJob {
+  std::string job_id;
+  std::string reason;  // "needs 2 idle cpu workers with >= 9.1 GiB; 1 idle (1 busy, 0 too small)"
+};
+
+struct ScheduleResult {
+  std::vector<Placement> placements;  // in scheduling order
+  std::vector<WaitingJob> waiting;    // in scheduling order
+};
+
+// Workers are chosen smallest memory first (keeping large ones for large
+// jobs), ties in the order given.
+ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
+                        const std::vector<SchedulerWorker>& workers);
+
+}  // namespace sbp::server

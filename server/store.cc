@@ -1,0 +1,579 @@
+#include "server/store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace sbp::server {
+namespace {
+
+using Json = nlohmann::json;
+
+// Migration i (0-based) takes the schema from version i to i + 1.
+constexpr const char* kMigrations[] = {
+    R"sql(
+CREATE TABLE jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  spec_yaml TEXT NOT NULL,
+  spec_json TEXT NOT NULL,
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  attempt INTEGER NOT NULL DEFAULT 0,
+  max_restarts INTEGER NOT NULL DEFAULT 0,
+  priority INTEGER NOT NULL DEFAULT 0,
+  world_size INTEGER NOT NULL DEFAULT 1,
+  device TEXT NOT NULL DEFAULT 'cpu',
+  required_memory_bytes INTEGER NOT NULL DEFAULT 0,
+  request_id TEXT UNIQUE,
+  revision INTEGER NOT NULL DEFAULT 0,
+  failure_class TEXT NOT NULL DEFAULT '',
+  last_checkpoint TEXT NOT NULL DEFAULT '',
+  progress_step INTEGER NOT NULL DEFAULT 0,
+  progress_json TEXT NOT NULL DEFAULT '{}',
+  worker_ids TEXT NOT NULL DEFAULT '[]',
+  last_event_sequence INTEGER NOT NULL DEFAULT 0,
+  created_at_us INTEGER NOT NULL DEFAULT 0,
+  updated_at_us INTEGER NOT NULL DEFAULT 0,
+  queued_at_us INTEGER NOT NULL DEFAULT 0,
+  started_at_us INTEGER NOT NULL DEFAULT 0,
+  finished_at_us INTEGER NOT NULL DEFAULT 0,
+  active_at_us INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_by_state ON jobs(state, seq);
+CREATE TABLE job_events (
+  job_id TEXT NOT NULL,
+  sequence INTEGER NOT NULL,
+  time_us INTEGER NOT NULL,
+  from_state TEXT NOT NULL,
+  to_state TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  message TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, sequence)
+) WITHOUT ROWID;
+CREATE TABLE assignments (
+  job_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  worker_id TEXT NOT NULL,
+  active INTEGER NOT NULL DEFAULT 1,
+  outcome TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, attempt, rank)
+) WITHOUT ROWID;
+CREATE INDEX assignments_active ON assignments(active, worker_id);
+CREATE TABLE workers (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  device TEXT NOT NULL,
+  memory_bytes INTEGER NOT NULL,
+  version TEXT NOT NULL DEFAULT '',
+  registered_at_us INTEGER NOT NULL DEFAULT 0,
+  last_heartbeat_us INTEGER NOT NULL DEFAULT 0,
+  state TEXT NOT NULL DEFAULT 'live'
+) WITHOUT ROWID;
+)sql",
+};
+
+constexpr char kJobColumns[] =
+    "seq, id, name, spec_yaml, spec_json, state, reason, attempt, max_restarts, priority, "
+    "world_size, device, required_memory_bytes, request_id, revision, failure_class, "
+    "last_checkpoint, progress_step, progress_json, worker_ids, last_event_sequence, "
+    "created_at_us, updated_at_us, queued_at_us, started_at_us, finished_at_us, active_at_us";
+
+int64_t ToMicros(absl::Time t) { return absl::ToUnixMicros(t); }
+absl::Time FromMicros(int64_t us) { return absl::FromUnixMicros(us); }
+
+DeviceKind ParseDevice(absl::string_view text) {
+  return text == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+}
+
+// JSON has no NaN or infinity; store them as null and read null back as NaN.
+Json Number(double value) { return std::isfinite(value) ? Json(value) : Json(nullptr); }
+
+double ReadDouble(const Json& j, const char* key, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (it->is_number()) return it->get<double>();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+int64_t ReadInt(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<int64_t>() : 0;
+}
+
+std::string ProgressToJson(const ProgressRecord& p) {
+  Json j = {{"step", p.step},
+            {"total_steps", p.total_steps},
+            {"loss", Number(p.loss)},
+            {"learning_rate", Number(p.learning_rate)},
+            {"grad_norm", Number(p.grad_norm)},
+            {"tokens_per_second", Number(p.tokens_per_second)},
+            {"tokens_total", p.tokens_total},
+            {"mfu", Number(p.mfu)},
+            {"peak_bytes", p.peak_bytes},
+            {"current_bytes", p.current_bytes},
+            {"step_seconds", Number(p.step_seconds)},
+            {"eta_seconds", Number(p.eta_seconds)},
+            {"updated_at_us", ToMicros(p.updated_at)}};
+  return j.dump();
+}
+
+ProgressRecord ProgressFromJson(const std::string& text) {
+  ProgressRecord p;
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return p;
+  p.step = ReadInt(j, "step");
+  p.total_steps = ReadInt(j, "total_steps");
+  p.loss = ReadDouble(j, "loss", 0);
+  p.learning_rate = ReadDouble(j, "learning_rate", 0);
+  p.grad_norm = ReadDouble(j, "grad_norm", 0);
+  p.tokens_per_second = ReadDouble(j, "tokens_per_second", 0);
+  p.tokens_total = ReadInt(j, "tokens_total");
+  p.mfu = ReadDouble(j, "mfu", 0);
+  p.peak_bytes = ReadInt(j, "peak_bytes");
+  p.current_bytes = ReadInt(j, "current_bytes");
+  p.step_seconds = ReadDouble(j, "step_seconds", 0);
+  p.eta_seconds = ReadDouble(j, "eta_seconds", -1);
+  p.updated_at = FromMicros(ReadInt(j, "updated_at_us"));
+  return p;
+}
+
+std::string StringsToJson(const std::vector<std::string>& values) { return Json(values).dump(); }
+
+std::vector<std::string> StringsFromJson(const std::string& text) {
+  std::vector<std::string> out;
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return out;
+  for (const Json& v : j) {
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s) {
+  JobRecord job;
+  int c = 0;
+  job.seq = s.ColumnInt(c++);
+  job.id = s.ColumnText(c++);
+  job.name = s.ColumnText(c++);
+  job.spec_yaml = s.ColumnText(c++);
+  job.spec_json = s.ColumnText(c++);
+  ASSIGN_OR_RETURN(job.state, ParseJobState(s.ColumnText(c++)));
+  job.reason = s.ColumnText(c++);
+  job.attempt = static_cast<int>(s.ColumnInt(c++));
+  job.max_restarts = static_cast<int>(s.ColumnInt(c++));
+  job.priority = static_cast<int>(s.ColumnInt(c++));
+  job.world_size = static_cast<int>(s.ColumnInt(c++));
+  job.device = ParseDevice(s.ColumnText(c++));
+  job.required_memory_bytes = s.ColumnInt(c++);
+  job.request_id = s.ColumnText(c++);
+  job.revision = s.ColumnInt(c++);
+  ASSIGN_OR_RETURN(job.failure_class, ParseFailureClass(s.ColumnText(c++)));
+  job.last_checkpoint = s.ColumnText(c++);
+  c++;  // progress_step duplicates progress_json.step for queries
+  job.progress = ProgressFromJson(s.ColumnText(c++));
+  job.worker_ids = StringsFromJson(s.ColumnText(c++));
+  job.last_event_sequence = s.ColumnInt(c++);
+  job.created_at = FromMicros(s.ColumnInt(c++));
+  job.updated_at = FromMicros(s.ColumnInt(c++));
+  job.queued_at = FromMicros(s.ColumnInt(c++));
+  job.started_at = FromMicros(s.ColumnInt(c++));
+  job.finished_at = FromMicros(s.ColumnInt(c++));
+  job.active_at = FromMicros(s.ColumnInt(c++));
+  return job;
+}
+
+// Binds every job column except seq, from index `first`, in kJobColumns order.
+void BindJob(sqlite::Statement& s, const JobRecord& job, int first) {
+  int i = first;
+  s.Bind(i++, job.id);
+  s.Bind(i++, job.name);
+  s.Bind(i++, job.spec_yaml);
+  s.Bind(i++, job.spec_json);
+  s.Bind(i++, JobStateName(job.state));
+  s.Bind(i++, job.reason);
+  s.Bind(i++, int64_t{job.attempt});
+  s.Bind(i++, int64_t{job.max_restarts});
+  s.Bind(i++, int64_t{job.priority});
+  s.Bind(i++, int64_t{job.world_size});
+  s.Bind(i++, DeviceName(job.device));
+  s.Bind(i++, job.required_memory_bytes);
+  if (job.request_id.empty()) {
+    s.BindNull(i++);
+  } else {
+    s.Bind(i++, job.request_id);
+  }
+  s.Bind(i++, job.revision);
+  s.Bind(i++, FailureClassName(job.failure_class));
+  s.Bind(i++, job.last_checkpoint);
+  s.Bind(i++, job.progress.step);
+  s.Bind(i++, ProgressToJson(job.progress));
+  s.Bind(i++, StringsToJson(job.worker_ids));
+  s.Bind(i++, job.last_event_sequence);
+  s.Bind(i++, ToMicros(job.created_at));
+  s.Bind(i++, ToMicros(job.updated_at));
+  s.Bind(i++, ToMicros(job.queued_at));
+  s.Bind(i++, ToMicros(job.started_at));
+  s.Bind(i++, ToMicros(job.finished_at));
+  s.Bind(i++, ToMicros(job.active_at));
+}
+
+AssignmentRecord RowToAssignment(const sqlite::Statement& s) {
+  AssignmentRecord a;
+  a.job_id = s.ColumnText(0);
+  a.attempt = static_cast<int>(s.ColumnInt(1));
+  a.rank = static_cast<int>(s.ColumnInt(2));
+  a.worker_id = s.ColumnText(3);
+  a.active = s.ColumnInt(4) != 0;
+  a.outcome = s.ColumnText(5);
+  return a;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("database path is empty");
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("creating the directory ", parent.string(), ": ", error.message()));
+  }
+  ASSIGN_OR_RETURN(auto db, sqlite::Database::Open(path));
+  std::unique_ptr<Store> store(new Store(std::move(db)));
+  RETURN_IF_ERROR(Annotate(store->Configure(), absl::StrCat("opening ", path)));
+  RETURN_IF_ERROR(Annotate(store->Migrate(), absl::StrCat("migrating ", path)));
+  return store;
+}
+
+absl::Status Store::Configure() {
+  // busy_timeout first: another process may hold the file briefly.
+  RETURN_IF_ERROR(db_->Exec("PRAGMA busy_timeout = 5000"));
+  ASSIGN_OR_RETURN(sqlite::Statement wal,
+                   db_->Prepare("PRAGMA journal_mode = WAL", "setting the WAL journal mode"));
+  ASSIGN_OR_RETURN(bool row, wal.Step());
+  if (!row || wal.ColumnText(0) != "wal") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the database cannot use WAL journaling (got \"",
+                     row ? wal.ColumnText(0) : std::string(), "\")"));
+  }
+  RETURN_IF_ERROR(db_->Exec("PRAGMA synchronous = FULL"));
+  return db_->Exec("PRAGMA foreign_keys = ON");
+}
+
+absl::StatusOr<int> Store::SchemaVersion() {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                            "name = 'schema_version'",
+                            "looking up the schema version table"));
+  ASSIGN_OR_RETURN(bool row, s->Step());
+  const bool has_table = row && s->ColumnInt(0) != 0;
+  s->Reset();
+  if (!has_table) return 0;
+  ASSIGN_OR_RETURN(sqlite::Statement * v, Prepared("SELECT max(version) FROM schema_version",
+                                                   "reading the schema version"));
+  ASSIGN_OR_RETURN(row, v->Step());
+  const int version = row ? static_cast<int>(v->ColumnInt(0)) : 0;
+  v->Reset();
+  return version;
+}
+
+absl::Status Store::Migrate() {
+  ASSIGN_OR_RETURN(sqlite::Transaction tx, Begin());
+  RETURN_IF_ERROR(
+      db_->Exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, "
+                "applied_at_us INTEGER NOT NULL)"));
+  ASSIGN_OR_RETURN(int version, SchemaVersion());
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database schema version ", version, " is newer than this coordinator's (",
+                     kSchemaVersion, "); use a newer sbp-coordinator"));
+  }
+  for (int v = version; v < kSchemaVersion; ++v) {
+    RETURN_IF_ERROR(
+        Annotate(db_->Exec(kMigrations[v]), absl::StrCat("schema migration ", v, " -> ", v + 1)));
+    ASSIGN_OR_RETURN(sqlite::Statement * s,
+                     Prepared("INSERT INTO schema_version (version, applied_at_us) VALUES (?, ?)",
+                              "recording the schema version"));
+    s->Bind(1, int64_t{v + 1}).Bind(2, ToMicros(absl::Now()));
+    RETURN_IF_ERROR(s->Run());
+  }
+  return tx.Commit();
+}
+
+absl::StatusOr<sqlite::Transaction> Store::Begin() { return sqlite::Transaction::Begin(db_.get()); }
+
+absl::StatusOr<sqlite::Statement*> Store::Prepared(absl::string_view sql, absl::string_view what) {
+  auto it = statements_.find(sql);
+  if (it == statements_.end()) {
+    ASSIGN_OR_RETURN(sqlite::Statement s, db_->Prepare(sql, what));
+    it = statements_.emplace(std::string(sql), std::make_unique<sqlite::Statement>(std::move(s)))
+             .first;
+  }
+  it->second->Reset();
+  return it->second.get();
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::QueryJobs(sqlite::Statement& stmt) {
+  std::vector<JobRecord> jobs;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(JobRecord job, RowToJob(stmt));
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+absl::StatusOr<int64_t> Store::InsertJob(const JobRecord& job) {
+  static const std::string sql = absl::StrCat(
+      "INSERT INTO jobs (", absl::string_view(kJobColumns).substr(5),
+      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "inserting a job"));
+  BindJob(*s, job, 1);
+  RETURN_IF_ERROR(s->Run());
+  return sqlite3_last_insert_rowid(db_->handle());
+}
+
+absl::Status Store::UpdateJob(const JobRecord& job) {
+  static const std::string sql =
+      "UPDATE jobs SET id = ?1, name = ?2, spec_yaml = ?3, spec_json = ?4, state = ?5, "
+      "reason = ?6, attempt = ?7, max_restarts = ?8, priority = ?9, world_size = ?10, "
+      "device = ?11, required_memory_bytes = ?12, request_id = ?13, revision = ?14, "
+      "failure_class = ?15, last_checkpoint = ?16, progress_step = ?17, progress_json = ?18, "
+      "worker_ids = ?19, last_event_sequence = ?20, created_at_us = ?21, updated_at_us = ?22, "
+      "queued_at_us = ?23, started_at_us = ?24, finished_at_us = ?25, active_at_us = ?26 "
+      "WHERE id = ?1";
+  ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "updating a job"));
+  BindJob(*s, job, 1);
+  RETURN_IF_ERROR(s->Run());
+  if (db_->Changes() == 0) return absl::NotFoundError(absl::StrCat("no job ", job.id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<JobRecord>> Store::FindJob(absl::string_view id) {
+  static const std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?");
+  ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "reading a job"));
+  s->Bind(1, id);
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, QueryJobs(*s));
+  if (jobs.empty()) return std::nullopt;
+  return std::move(jobs.front());
+}
+
+absl::StatusOr<JobRecord> Store::GetJob(absl::string_view id) {
+  ASSIGN_OR_RETURN(std::optional<JobRecord> job, FindJob(id));
+  if (!job) return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
+  return std::move(*job);
+}
+
+absl::StatusOr<std::optional<JobRecord>> Store::FindJobByRequestId(absl::string_view request_id) {
+  static const std::string sql =
+      absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE request_id = ?");
+  ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "looking up a request id"));
+  s->Bind(1, request_id);
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, QueryJobs(*s));
+  if (jobs.empty()) return std::nullopt;
+  return std::move(jobs.front());
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::ListJobs(std::vector<JobState> states,
+                                                       int64_t before_seq, int limit) {
+  // One statement per set of states, however the caller ordered them.
+  std::sort(states.begin(), states.end());
+  states.erase(std::unique(states.begin(), states.end()), states.end());
+  std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE seq < ?");
+  if (!states.empty()) {
+    std::vector<std::string> marks(states.size(), "?");
+    absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(marks, ", "), ")");
+  }
+  absl::StrAppend(&sql, " ORDER BY seq DESC LIMIT ?");
+  ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "listing jobs"));
+  int i = 1;
+  s->Bind(i++, before_seq > 0 ? before_seq : std::numeric_limits<int64_t>::max());
+  for (JobState state : states) s->Bind(i++, JobStateName(state));
+  s->Bind(i++, int64_t{limit});
+  return QueryJobs(*s);
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::ActiveJobs() {
+  static const std::string sql =
+      absl::StrCat("SELECT ", kJobColumns,
+                   " FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
+                   "ORDER BY seq ASC");
+  ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "loading active jobs"));
+  return QueryJobs(*s);
+}
+
+absl::StatusOr<std::map<JobState, int64_t>> Store::CountJobsByState() {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("SELECT state, count(*) FROM jobs GROUP BY state", "counting jobs"));
+  std::map<JobState, int64_t> counts;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s->Step());
+    if (!row) break;
+    ASSIGN_OR_RETURN(JobState state, ParseJobState(s->ColumnText(0)));
+    counts[state] = s->ColumnInt(1);
+  }
+  return counts;
+}
+
+absl::Status Store::AppendEvent(const JobEventRecord& event) {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("INSERT INTO job_events (job_id, sequence, time_us, from_state, "
+                            "to_state, attempt, reason, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            "appending a job event"));
+  s->Bind(1, event.job_id)
+      .Bind(2, event.sequence)
+      .Bind(3, ToMicros(event.time))
+      .Bind(4, JobStateName(event.from_state))
+      .Bind(5, JobStateName(event.to_state))
+      .Bind(6, int64_t{event.attempt})
+      .Bind(7, event.reason)
+      .Bind(8, event.message);
+  return s->Run();
+}
+
+absl::StatusOr<std::vector<JobEventRecord>> Store::ListEvents(absl::string_view job_id,
+                                                              int64_t after_sequence, int limit) {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("SELECT sequence, time_us, from_state, to_state, attempt, reason, "
+                            "message FROM job_events WHERE job_id = ? AND sequence > ? "
+                            "ORDER BY sequence ASC LIMIT ?",
+                            "listing job events"));
+  s->Bind(1, job_id).Bind(2, after_sequence).Bind(3, int64_t{limit});
+  std::vector<JobEventRecord> events;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s->Step());
+    if (!row) break;
+    JobEventRecord e;
+    e.job_id = std::string(job_id);
+    e.sequence = s->ColumnInt(0);
+    e.time = FromMicros(s->ColumnInt(1));
+    ASSIGN_OR_RETURN(e.from_state, ParseJobState(s->ColumnText(2)));
+    ASSIGN_OR_RETURN(e.to_state, ParseJobState(s->ColumnText(3)));
+    e.attempt = static_cast<int>(s->ColumnInt(4));
+    e.reason = s->ColumnText(5);
+    e.message = s->ColumnText(6);
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+absl::Status Store::InsertAssignment(const AssignmentRecord& a) {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("INSERT INTO assignments (job_id, attempt, rank, worker_id, active, "
+                            "outcome) VALUES (?, ?, ?, ?, ?, ?)",
+                            "inserting an assignment"));
+  s->Bind(1, a.job_id)
+      .Bind(2, int64_t{a.attempt})
+      .Bind(3, int64_t{a.rank})
+      .Bind(4, a.worker_id)
+      .Bind(5, int64_t{a.active ? 1 : 0})
+      .Bind(6, a.outcome);
+  return s->Run();
+}
+
+absl::Status Store::UpdateAssignment(const AssignmentRecord& a) {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("UPDATE assignments SET worker_id = ?, active = ?, outcome = ? "
+                            "WHERE job_id = ? AND attempt = ? AND rank = ?",
+                            "updating an assignment"));
+  s->Bind(1, a.worker_id)
+      .Bind(2, int64_t{a.active ? 1 : 0})
+      .Bind(3, a.outcome)
+      .Bind(4, a.job_id)
+      .Bind(5, int64_t{a.attempt})
+      .Bind(6, int64_t{a.rank});
+  RETURN_IF_ERROR(s->Run());
+  if (db_->Changes() == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("no assignment ", a.job_id, "/", a.attempt, " rank ", a.rank));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<AssignmentRecord>> Store::ActiveAssignments() {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("SELECT job_id, attempt, rank, worker_id, active, outcome FROM "
+                            "assignments WHERE active = 1 ORDER BY job_id, attempt, rank",
+                            "loading active assignments"));
+  std::vector<AssignmentRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s->Step());
+    if (!row) break;
+    out.push_back(RowToAssignment(*s));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<AssignmentRecord>> Store::Assignments(absl::string_view job_id,
+                                                                 int attempt) {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("SELECT job_id, attempt, rank, worker_id, active, outcome FROM "
+                            "assignments WHERE job_id = ? AND attempt = ? ORDER BY rank",
+                            "reading assignments"));
+  s->Bind(1, job_id).Bind(2, int64_t{attempt});
+  std::vector<AssignmentRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s->Step());
+    if (!row) break;
+    out.push_back(RowToAssignment(*s));
+  }
+  return out;
+}
+
+absl::Status Store::UpsertWorker(const WorkerRecord& w) {
+  ASSIGN_OR_RETURN(
+      sqlite::Statement * s,
+      Prepared("INSERT INTO workers (id, name, device, memory_bytes, version, registered_at_us, "
+               "last_heartbeat_us, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+               "ON CONFLICT (id) DO UPDATE SET name = ?2, device = ?3, memory_bytes = ?4, "
+               "version = ?5, registered_at_us = ?6, last_heartbeat_us = ?7, state = ?8",
+               "saving a worker"));
+  s->Bind(1, w.id)
+      .Bind(2, w.name)
+      .Bind(3, DeviceName(w.device))
+      .Bind(4, w.memory_bytes)
+      .Bind(5, w.version)
+      .Bind(6, ToMicros(w.registered_at))
+      .Bind(7, ToMicros(w.last_heartbeat))
+      .Bind(8, absl::string_view(w.lost ? "lost" : "live"));
+  return s->Run();
+}
+
+absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
+  ASSIGN_OR_RETURN(sqlite::Statement * s,
+                   Prepared("SELECT id, name, device, memory_bytes, version, registered_at_us, "
+                            "last_heartbeat_us, state FROM workers ORDER BY id",
+                            "listing workers"));
+  std::vector<WorkerRecord> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s->Step());
+    if (!row) break;
+    WorkerRecord w;
+    w.id = s->ColumnText(0);
+    w.name = s->ColumnText(1);
+    w.device = ParseDevice(s->ColumnText(2));
+    w.memory_bytes = s->ColumnInt(3);
+    w.version = s->ColumnText(4);
+    w.registered_at = FromMicros(s->ColumnInt(5));
+    w.last_heartbeat = FromMicros(s->ColumnInt(6));
+    w.lost = s->ColumnText(7) == "lost";
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+}  // namespace sbp::server

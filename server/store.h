@@ -1,0 +1,78 @@
+// The coordinator's durable state in one SQLite file: WAL journal,
+// synchronous=FULL, a versioned schema migrated on open. Writes happen inside
+// a transaction from Begin() so that a state change and its event row commit
+// together. The store maps rows to the plain records of records.h and nothing
+// more; it is not thread-safe (the job manager serializes access).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/records.h"
+#include "server/sqlite.h"
+
+namespace sbp::server {
+
+class Store {
+ public:
+  // The schema version this build writes.
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens or creates the database at `path` (and its directory) and migrates
+  // it to kSchemaVersion.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+
+  absl::StatusOr<int> SchemaVersion();
+  absl::StatusOr<sqlite::Transaction> Begin();
+
+  // Jobs. InsertJob fills nothing in: the caller sets every field but `seq`,
+  // which it returns. A clash on id or request_id is AlreadyExists.
+  absl::StatusOr<int64_t> InsertJob(const JobRecord& job);
+  absl::Status UpdateJob(const JobRecord& job);  // by id; NotFound when absent
+  absl::StatusOr<JobRecord> GetJob(absl::string_view id);
+  absl::StatusOr<std::optional<JobRecord>> FindJob(absl::string_view id);
+  absl::StatusOr<std::optional<JobRecord>> FindJobByRequestId(absl::string_view request_id);
+  // Newest first: jobs with seq < before_seq (0: no bound) whose state is in
+  // `states` (empty: any), at most `limit`.
+  absl::StatusOr<std::vector<JobRecord>> ListJobs(std::vector<JobState> states, int64_t before_seq,
+                                                  int limit);
+  // Every job not SUCCEEDED, FAILED or CANCELLED, oldest first.
+  absl::StatusOr<std::vector<JobRecord>> ActiveJobs();
+  absl::StatusOr<std::map<JobState, int64_t>> CountJobsByState();
+
+  // Events, ascending by sequence.
+  absl::Status AppendEvent(const JobEventRecord& event);
+  absl::StatusOr<std::vector<JobEventRecord>> ListEvents(absl::string_view job_id,
+                                                         int64_t after_sequence, int limit);
+
+  // Assignments, keyed by (job_id, attempt, rank).
+  absl::Status InsertAssignment(const AssignmentRecord& assignment);
+  absl::Status UpdateAssignment(const AssignmentRecord& assignment);
+  absl::StatusOr<std::vector<AssignmentRecord>> ActiveAssignments();
+  absl::StatusOr<std::vector<AssignmentRecord>> Assignments(absl::string_view job_id, int attempt);
+
+  // Workers, keyed by id.
+  absl::Status UpsertWorker(const WorkerRecord& worker);
+  absl::StatusOr<std::vector<WorkerRecord>> ListWorkers();
+
+ private:
+  explicit Store(std::unique_ptr<sqlite::Database> db) : db_(std::move(db)) {}
+  absl::Status Configure();
+  absl::Status Migrate();
+  // A cached prepared statement for `sql`, reset and ready to bind.
+  absl::StatusOr<sqlite::Statement*> Prepared(absl::string_view sql, absl::string_view what);
+  absl::StatusOr<std::vector<JobRecord>> QueryJobs(sqlite::Statement& stmt);
+
+  std::unique_ptr<sqlite::Database> db_;
+  absl::flat_hash_map<std::string, std::unique_ptr<sqlite::Statement>> statements_;
+};
+
+}  // namespace sbp::server

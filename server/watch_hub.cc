@@ -1,0 +1,70 @@
+#include "server/watch_hub.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace sbp::server {
+
+WatchHub::Subscription::~Subscription() { hub_->Unsubscribe(this); }
+
+std::vector<WatchHub::Snapshot> WatchHub::Subscription::Next(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&hub_->mu_);
+  while (queue_.empty() && !hub_->shutdown_) {
+    if (cv_.WaitWithDeadline(&hub_->mu_, deadline)) break;  // timed out
+  }
+  std::vector<Snapshot> out(std::make_move_iterator(queue_.begin()),
+                            std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  return out;
+}
+
+bool WatchHub::Subscription::closed() const {
+  absl::MutexLock lock(&hub_->mu_);
+  return hub_->shutdown_;
+}
+
+std::unique_ptr<WatchHub::Subscription> WatchHub::Subscribe(const std::string& job_id) {
+  std::unique_ptr<Subscription> sub(new Subscription(this, job_id));
+  absl::MutexLock lock(&mu_);
+  watchers_[job_id].push_back(sub.get());
+  ++count_;
+  return sub;
+}
+
+void WatchHub::Unsubscribe(Subscription* subscription) {
+  absl::MutexLock lock(&mu_);
+  auto it = watchers_.find(subscription->job_id_);
+  if (it == watchers_.end()) return;
+  auto& list = it->second;
+  list.erase(std::remove(list.begin(), list.end(), subscription), list.end());
+  if (list.empty()) watchers_.erase(it);
+  --count_;
+}
+
+void WatchHub::Publish(const JobRecord& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = watchers_.find(job.id);
+  if (it == watchers_.end()) return;
+  auto snapshot = std::make_shared<const JobRecord>(job);
+  for (Subscription* sub : it->second) {
+    if (sub->queue_.size() >= kMaxQueued) sub->queue_.pop_front();
+    sub->queue_.push_back(snapshot);
+    sub->cv_.Signal();
+  }
+}
+
+void WatchHub::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  for (auto& [id, list] : watchers_) {
+    for (Subscription* sub : list) sub->cv_.SignalAll();
+  }
+}
+
+size_t WatchHub::watcher_count() const {
+  absl::MutexLock lock(&mu_);
+  return count_;
+}
+
+}  // namespace sbp::server

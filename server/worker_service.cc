@@ -1,0 +1,123 @@
+#include "server/worker_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/proto_convert.h"
+
+namespace sbp::server {
+namespace {
+
+namespace v1 = streambp::v1;
+
+constexpr char kRegister[] = "streambp.v1.WorkerService/Register";
+constexpr char kHeartbeat[] = "streambp.v1.WorkerService/Heartbeat";
+constexpr char kGetAssignment[] = "streambp.v1.WorkerService/GetAssignment";
+constexpr char kReportProgress[] = "streambp.v1.WorkerService/ReportProgress";
+constexpr char kFinish[] = "streambp.v1.WorkerService/Finish";
+
+absl::Status Required(const std::string& value, absl::string_view field) {
+  if (!value.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, ": is required"));
+}
+
+absl::Status CheckRank(int rank) {
+  if (rank >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("rank: must not be negative (got ", rank, ")"));
+}
+
+}  // namespace
+
+grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
+                                         const v1::RegisterWorkerRequest* request,
+                                         v1::RegisterWorkerResponse* response) {
+  return guard_->Run(*context, Role::kWorker, kRegister, [&]() -> absl::Status {
+    RegisterRequest r;
+    absl::StatusOr<DeviceKind> device = DeviceFromProto(request->device(), "device");
+    if (!device.ok()) return device.status();
+    r.device = *device;
+    r.worker_id = request->worker_id();
+    r.name = request->name();
+    r.memory_bytes = request->memory_bytes();
+    r.version = request->version();
+    absl::StatusOr<Registration> registration = manager_->Register(r);
+    if (!registration.ok()) return registration.status();
+    response->set_worker_id(registration->worker_id);
+    response->set_lease_seconds(registration->lease_seconds);
+    response->set_heartbeat_seconds(registration->heartbeat_seconds);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
+                                          const v1::HeartbeatRequest* request,
+                                          v1::HeartbeatResponse* response) {
+  return guard_->Run(*context, Role::kWorker, kHeartbeat, [&]() -> absl::Status {
+    absl::StatusOr<HeartbeatResult> result =
+        manager_->Heartbeat(request->worker_id(), FromProto(request->memory()));
+    if (!result.ok()) return result.status();
+    response->set_registered(result->registered);
+    for (const AttemptKey& stop : result->stop_attempts) {
+      v1::AttemptRef* ref = response->add_stop_attempts();
+      ref->set_job_id(stop.job_id);
+      ref->set_attempt(stop.attempt);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status WorkerServiceImpl::GetAssignment(grpc::ServerContext* context,
+                                              const v1::GetAssignmentRequest* request,
+                                              v1::GetAssignmentResponse* response) {
+  return guard_->Run(*context, Role::kWorker, kGetAssignment, [&]() -> absl::Status {
+    if (request->wait_seconds() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("wait_seconds: must not be negative (got ", request->wait_seconds(), ")"));
+    }
+    absl::StatusOr<std::optional<AssignmentView>> assignment =
+        manager_->GetAssignment(request->worker_id(), absl::Seconds(request->wait_seconds()),
+                                [context] { return context->IsCancelled(); });
+    if (!assignment.ok()) return assignment.status();
+    if (assignment->has_value()) ToProto(**assignment, response->mutable_assignment());
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* context,
+                                               const v1::ReportProgressRequest* request,
+                                               v1::ReportProgressResponse* response) {
+  return guard_->Run(*context, Role::kWorker, kReportProgress, [&]() -> absl::Status {
+    if (absl::Status s = Required(request->worker_id(), "worker_id"); !s.ok()) return s;
+    if (absl::Status s = CheckRank(request->rank()); !s.ok()) return s;
+    ProgressReport report;
+    report.worker_id = request->worker_id();
+    report.job_id = request->job_id();
+    report.attempt = request->attempt();
+    report.rank = request->rank();
+    report.progress = FromProto(request->progress());
+    report.checkpoint = request->checkpoint();
+    report.message = request->message();
+    absl::StatusOr<bool> cancel = manager_->ReportProgress(report);
+    if (!cancel.ok()) return cancel.status();
+    response->set_cancel_requested(*cancel);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status WorkerServiceImpl::Finish(grpc::ServerContext* context,
+                                       const v1::FinishRequest* request,
+                                       v1::FinishResponse* response) {
+  return guard_->Run(*context, Role::kWorker, kFinish, [&]() -> absl::Status {
+    if (absl::Status s = Required(request->worker_id(), "worker_id"); !s.ok()) return s;
+    if (absl::Status s = CheckRank(request->rank()); !s.ok()) return s;
+    FinishReport report;
+    report.worker_id = request->worker_id();
+    report.job_id = request->job_id();
+    report.attempt = request->attempt();
+    report.rank = request->rank();
+    report.outcome = FromProto(request->outcome());
+    report.failure_class = FromProto(request->failure_class());
+    report.message = request->message();
+    return manager_->Finish(report);
+  });
+}
+
+}  // namespace sbp::server

@@ -1,0 +1,355 @@
+#include "server/store.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "tests/server/test_util.h"
+
+namespace sbp::server {
+namespace {
+
+using ::sbp::server::testing::FreshDir;
+
+absl::Time Ms(int64_t ms) { return absl::FromUnixMillis(ms); }
+
+JobRecord MakeJob(const std::string& id, const std::string& request_id = "") {
+  JobRecord job;
+  job.id = id;
+  job.name = "tiny";
+  job.spec_yaml = "name: tiny\n";
+  job.spec_json = R"({"name":"tiny"})";
+  job.state = JobState::kPending;
+  job.reason = "submitted";
+  job.max_restarts = 3;
+  job.world_size = 2;
+  job.required_memory_bytes = int64_t{9} << 30;
+  job.request_id = request_id;
+  job.revision = 1;
+  job.last_event_sequence = 1;
+  job.created_at = Ms(1700000000123);
+  job.updated_at = Ms(1700000000123);
+  job.queued_at = Ms(1700000000123);
+  return job;
+}
+
+JobEventRecord MakeEvent(const std::string& job_id, int64_t sequence, JobState from, JobState to) {
+  JobEventRecord e;
+  e.job_id = job_id;
+  e.sequence = sequence;
+  e.time = Ms(1700000000000 + sequence);
+  e.from_state = from;
+  e.to_state = to;
+  e.attempt = 1;
+  e.reason = absl::StrCat("reason ", sequence);
+  return e;
+}
+
+std::unique_ptr<Store> MustOpen(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+// Inserts a job and its first event in one transaction.
+absl::Status Submit(Store& store, const JobRecord& job) {
+  absl::StatusOr<sqlite::Transaction> tx = store.Begin();
+  if (!tx.ok()) return tx.status();
+  absl::StatusOr<int64_t> seq = store.InsertJob(job);
+  if (!seq.ok()) return seq.status();
+  absl::Status status =
+      store.AppendEvent(MakeEvent(job.id, 1, JobState::kUnspecified, JobState::kPending));
+  if (!status.ok()) return status;
+  return tx->Commit();
+}
+
+TEST(StoreTest, MigratesANewAndAnEmptyFile) {
+  const auto dir = FreshDir("store_migrate");
+  auto store = MustOpen((dir / "new.db").string());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), Store::kSchemaVersion);
+
+  const std::string empty = (dir / "empty.db").string();
+  std::FILE* f = std::fopen(empty.c_str(), "w");
+  std::fclose(f);
+  auto from_empty = MustOpen(empty);
+  ASSERT_NE(from_empty, nullptr);
+  EXPECT_EQ(*from_empty->SchemaVersion(), Store::kSchemaVersion);
+  EXPECT_TRUE(from_empty->ListJobs({}, 0, 10)->empty());
+
+  // The journal is WAL on disk.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(empty.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA journal_mode", -1, &stmt, nullptr);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "wal");
+  sqlite3_finalize(stmt);
+  sqlite3_close(raw);
+}
+
+TEST(StoreTest, RefusesANewerSchemaAndGarbage) {
+  const auto dir = FreshDir("store_newer");
+  const std::string path = (dir / "c.db").string();
+  { ASSERT_NE(MustOpen(path), nullptr); }
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(raw, "INSERT INTO schema_version VALUES (99, 0)", nullptr, nullptr, nullptr),
+      SQLITE_OK);
+  sqlite3_close(raw);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("schema version 99"), std::string::npos)
+      << store.status();
+
+  const std::string garbage = (dir / "garbage.db").string();
+  std::FILE* f = std::fopen(garbage.c_str(), "w");
+  std::fputs("this is not a database, just some text that is long enough to look like a header", f);
+  std::fclose(f);
+  store = Store::Open(garbage);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find(garbage), std::string::npos) << store.status();
+}
+
+TEST(StoreTest, JobRoundTripAndPersistence) {
+  const auto dir = FreshDir("store_roundtrip");
+  const std::string path = (dir / "c.db").string();
+  JobRecord job = MakeJob("tiny-abc123", "req-1");
+  job.state = JobState::kRunning;
+  job.attempt = 2;
+  job.failure_class = FailureClass::kLostWorker;
+  job.last_checkpoint = "runs/tiny/step-50";
+  job.worker_ids = {"w-1", "w-2"};
+  job.device = DeviceKind::kCuda;
+  job.priority = -5;
+  job.progress.step = 42;
+  job.progress.total_steps = 100;
+  job.progress.loss = 2.25;
+  job.progress.tokens_per_second = 12345.5;
+  job.progress.peak_bytes = int64_t{5} << 30;
+  job.progress.eta_seconds = 17.5;
+  job.progress.updated_at = Ms(1700000000999);
+  job.started_at = Ms(1700000000500);
+  job.active_at = Ms(1700000000999);
+  {
+    auto store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(Submit(*store, job).ok());
+    absl::StatusOr<JobRecord> loaded = store->GetJob(job.id);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    job.seq = loaded->seq;
+    EXPECT_GT(job.seq, 0);
+    EXPECT_EQ(*loaded, job);
+  }
+  auto reopened = MustOpen(path);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(*reopened->GetJob(job.id), job);
+  EXPECT_EQ(reopened->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reopened->ListEvents(job.id, 0, 10)->size(), 1u);
+
+  job.state = JobState::kSucceeded;
+  job.revision = 7;
+  job.progress.loss = std::numeric_limits<double>::quiet_NaN();
+  ASSERT_TRUE(reopened->UpdateJob(job).ok());
+  JobRecord updated = *reopened->GetJob(job.id);
+  EXPECT_EQ(updated.state, JobState::kSucceeded);
+  EXPECT_EQ(updated.revision, 7);
+  EXPECT_TRUE(std::isnan(updated.progress.loss));
+  EXPECT_EQ(reopened->UpdateJob(MakeJob("missing")).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(StoreTest, RequestIdIsUnique) {
+  const auto dir = FreshDir("store_request_id");
+  auto store = MustOpen((dir / "c.db").string());
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(Submit(*store, MakeJob("a-1", "req")).ok());
+  absl::Status clash = Submit(*store, MakeJob("a-2", "req"));
+  EXPECT_EQ(clash.code(), absl::StatusCode::kAlreadyExists) << clash;
+  // The failed transaction left nothing behind.
+  EXPECT_FALSE(store->FindJob("a-2")->has_value());
+  EXPECT_TRUE(store->ListEvents("a-2", 0, 10)->empty());
+  // Jobs without a request id do not clash.
+  ASSERT_TRUE(Submit(*store, MakeJob("b-1")).ok());
+  ASSERT_TRUE(Submit(*store, MakeJob("b-2")).ok());
+  std::optional<JobRecord> found = *store->FindJobByRequestId("req");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->id, "a-1");
+  EXPECT_FALSE(store->FindJobByRequestId("other")->has_value());
+}
+
+TEST(StoreTest, UncommittedTransactionRollsBack) {
+  const auto dir = FreshDir("store_rollback");
+  auto store = MustOpen((dir / "c.db").string());
+  ASSERT_NE(store, nullptr);
+  {
+    auto tx = store->Begin();
+    ASSERT_TRUE(tx.ok());
+    ASSERT_TRUE(store->InsertJob(MakeJob("gone")).ok());
+  }
+  EXPECT_FALSE(store->FindJob("gone")->has_value());
+}
+
+TEST(StoreTest, EventsInOrderAfterASequence) {
+  const auto dir = FreshDir("store_events");
+  auto store = MustOpen((dir / "c.db").string());
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(Submit(*store, MakeJob("j")).ok());
+  const JobState chain[] = {JobState::kPending, JobState::kScheduled, JobState::kRunning,
+                            JobState::kSucceeded};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(store->AppendEvent(MakeEvent("j", i + 2, chain[i], chain[i + 1])).ok());
+  }
+  EXPECT_EQ(store->AppendEvent(MakeEvent("j", 2, chain[0], chain[1])).code(),
+            absl::StatusCode::kAlreadyExists);
+  std::vector<JobEventRecord> all = *store->ListEvents("j", 0, 100);
+  ASSERT_EQ(all.size(), 4u);
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].sequence, static_cast<int64_t>(i + 1));
+  EXPECT_EQ(all[3], MakeEvent("j", 4, JobState::kRunning, JobState::kSucceeded));
+  std::vector<JobEventRecord> after = *store->ListEvents("j", 2, 100);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[0].sequence, 3);
+  EXPECT_EQ(store->ListEvents("j", 0, 2)->size(), 2u);
+}
+
+TEST(StoreTest, ListsNewestFirstWithFilterAndBound) {
+  const auto dir = FreshDir("store_list");
+  auto store = MustOpen((dir / "c.db").string());
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 10; ++i) {
+    JobRecord job = MakeJob(absl::StrCat("j", i));
+    job.state = i % 2 == 0 ? JobState::kPending : JobState::kSucceeded;
+    ASSERT_TRUE(Submit(*store, job).ok());
+  }
+  std::vector<JobRecord> page = *store->ListJobs({}, 0, 3);
+  ASSERT_EQ(page.size(), 3u);
+  EXPECT_EQ(page[0].id, "j9");
+  EXPECT_EQ(page[2].id, "j7");
+  std::vector<JobRecord> next = *store->ListJobs({}, page.back().seq, 3);
+  EXPECT_EQ(next[0].id, "j6");
+  std::vector<JobRecord> pending = *store->ListJobs({JobState::kPending}, 0, 100);
+  ASSERT_EQ(pending.size(), 5u);
+  EXPECT_EQ(pending[0].id, "j8");
+  std::vector<JobRecord> both =
+      *store->ListJobs({JobState::kPending, JobState::kSucceeded}, 0, 100);
+  EXPECT_EQ(both.size(), 10u);
+  std::map<JobState, int64_t> counts = *store->CountJobsByState();
+  EXPECT_EQ(counts[JobState::kPending], 5);
+  EXPECT_EQ(counts[JobState::kSucceeded], 5);
+  std::vector<JobRecord> active = *store->ActiveJobs();
+  ASSERT_EQ(active.size(), 5u);
+  EXPECT_EQ(active[0].id, "j0");  // oldest first
+}
+
+TEST(StoreTest, AssignmentsAndWorkers) {
+  const auto dir = FreshDir("store_assignments");
+  const std::string path = (dir / "c.db").string();
+  {
+    auto store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->InsertAssignment({"j", 1, 0, "w-a", true, ""}).ok());
+    ASSERT_TRUE(store->InsertAssignment({"j", 1, 1, "w-b", true, ""}).ok());
+    ASSERT_TRUE(store->UpdateAssignment({"j", 1, 1, "w-b", false, "SUCCEEDED"}).ok());
+    EXPECT_EQ(store->UpdateAssignment({"j", 9, 0, "w-a", false, ""}).code(),
+              absl::StatusCode::kNotFound);
+    WorkerRecord w;
+    w.id = "w-a";
+    w.name = "host-a";
+    w.device = DeviceKind::kCuda;
+    w.memory_bytes = int64_t{80} << 30;
+    w.version = "0.1.0";
+    w.registered_at = Ms(1700000000000);
+    w.last_heartbeat = Ms(1700000001000);
+    ASSERT_TRUE(store->UpsertWorker(w).ok());
+    w.lost = true;
+    ASSERT_TRUE(store->UpsertWorker(w).ok());
+  }
+  auto store = MustOpen(path);
+  std::vector<AssignmentRecord> active = *store->ActiveAssignments();
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0], (AssignmentRecord{"j", 1, 0, "w-a", true, ""}));
+  std::vector<AssignmentRecord> all = *store->Assignments("j", 1);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].outcome, "SUCCEEDED");
+  std::vector<WorkerRecord> workers = *store->ListWorkers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_TRUE(workers[0].lost);
+  EXPECT_EQ(workers[0].device, DeviceKind::kCuda);
+  EXPECT_EQ(workers[0].memory_bytes, int64_t{80} << 30);
+  EXPECT_EQ(workers[0].last_heartbeat, Ms(1700000001000));
+}
+
+// A child process submits jobs as fast as it can and reports each commit on a
+// pipe; SIGKILL it mid-stream. Every reported job must be there, complete
+// with its event, and the file must pass an integrity check.
+TEST(StoreTest, SurvivesSigkillOfAWriter) {
+  const auto dir = FreshDir("store_sigkill");
+  const std::string path = (dir / "c.db").string();
+  { ASSERT_NE(MustOpen(path), nullptr); }
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    if (!store.ok()) _exit(3);
+    for (int i = 0;; ++i) {
+      const std::string id = absl::StrCat("job-", i);
+      if (!Submit(**store, MakeJob(id, absl::StrCat("req-", i))).ok()) _exit(4);
+      const std::string line = id + "\n";
+      if (write(fds[1], line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(5);
+    }
+  }
+  close(fds[1]);
+  std::FILE* in = fdopen(fds[0], "r");
+  std::set<std::string> committed;
+  char buffer[64];
+  while (committed.size() < 40 && std::fgets(buffer, sizeof(buffer), in)) {
+    std::string id(buffer);
+    id.pop_back();
+    committed.insert(id);
+  }
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with " << WEXITSTATUS(status);
+  while (std::fgets(buffer, sizeof(buffer), in)) {
+    std::string id(buffer);
+    id.pop_back();
+    committed.insert(id);
+  }
+  std::fclose(in);
+  ASSERT_GE(committed.size(), 40u);
+
+  auto store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  for (const std::string& id : committed) {
+    std::optional<JobRecord> job = *store->FindJob(id);
+    ASSERT_TRUE(job.has_value()) << id << " was committed but is missing";
+    EXPECT_EQ(store->ListEvents(id, 0, 10)->size(), 1u) << id;
+  }
+  // Whatever else is there is whole: every job has its event.
+  std::vector<JobRecord> all = *store->ListJobs({}, 0, 100000);
+  EXPECT_GE(all.size(), committed.size());
+  for (const JobRecord& job : all) EXPECT_EQ(store->ListEvents(job.id, 0, 10)->size(), 1u);
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &stmt, nullptr);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "ok");
+  sqlite3_finalize(stmt);
+  sqlite3_close(raw);
+}
+
+}  // namespace
+}  // namespace sbp::server
