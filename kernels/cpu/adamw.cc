@@ -1,29 +1,22 @@
 #include "kernels/cpu/adamw.h"
 
+#include "kernels/cpu/op_checks.h"
+
 #include <cmath>
 #include <cstdint>
 
 namespace sbp::cpu {
 namespace {
 
-constexpr int64_t kParallelMinElements = 1 << 15;
 
-void CheckLike(const Tensor& t, const Tensor& like, const char* name) {
-  CHECK(t.defined()) << name << " is undefined";
-  CHECK(t.device().is_cpu()) << name << " must be on the cpu, got " << t.DebugString();
-  CHECK(t.dtype() == DType::kF32) << name << " must be f32, got " << t.DebugString();
-  CHECK(t.is_contiguous()) << name << " must be contiguous, got " << t.DebugString();
-  CHECK(t.shape() == like.shape())
-      << name << " " << t.DebugString() << " must match param " << like.DebugString();
-}
 
 }  // namespace
 
 void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& params) {
-  CheckLike(param, param, "param");
-  CheckLike(grad, param, "grad");
-  CheckLike(m, param, "m");
-  CheckLike(v, param, "v");
+  CheckHostLike(param, param, "param", "param");
+  CheckHostLike(grad, param, "grad", "param");
+  CheckHostLike(m, param, "m", "param");
+  CheckHostLike(v, param, "v", "param");
   CHECK_GE(params.step, 1) << "AdamW step is 1-based";
   const double step = static_cast<double>(params.step);
   const double bias_correction1 = 1.0 - std::pow(static_cast<double>(params.beta1), step);

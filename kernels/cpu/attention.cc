@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.h"
 
+#include "kernels/cpu/op_checks.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -32,15 +34,6 @@ struct Dims {
   int64_t kv_ld() const { return hkv * d; }  // stride between rows of k, v, dk, dv
 };
 
-void CheckHostF32(const Tensor& t, const char* name) {
-  CHECK(t.defined()) << "attention: " << name << " is undefined";
-  CHECK(t.dtype() == DType::kF32) << "attention: " << name << " must be f32, got "
-                                  << t.DebugString();
-  CHECK(t.device().is_cpu()) << "attention: " << name << " must be on the CPU, got "
-                             << t.DebugString();
-  CHECK(t.is_contiguous()) << "attention: " << name << " must be contiguous, got "
-                           << t.DebugString();
-}
 
 void CheckSameShape(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) {
   CheckHostF32(t, name);

@@ -1,5 +1,7 @@
 #include "kernels/cpu/cross_entropy.h"
 
+#include "kernels/cpu/op_checks.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -8,15 +10,7 @@
 namespace sbp::cpu {
 namespace {
 
-constexpr int64_t kParallelMinElements = 1 << 15;
 
-void CheckHost(const Tensor& t, DType dtype, const char* name) {
-  CHECK(t.defined()) << name << " is undefined";
-  CHECK(t.device().is_cpu()) << name << " must be on the cpu, got " << t.DebugString();
-  CHECK(t.dtype() == dtype) << name << " must be " << DTypeName(dtype) << ", got "
-                            << t.DebugString();
-  CHECK(t.is_contiguous()) << name << " must be contiguous, got " << t.DebugString();
-}
 
 // Checks logits [N, V] against targets [N] (and every target); returns V.
 int64_t CheckLogits(const Tensor& logits, const Tensor& targets) {

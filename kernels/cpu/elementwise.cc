@@ -1,5 +1,7 @@
 #include "kernels/cpu/elementwise.h"
 
+#include "kernels/cpu/op_checks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,21 +11,11 @@
 namespace sbp::cpu {
 namespace {
 
-constexpr int64_t kParallelMinElements = 1 << 15;
 // SumSquares: blocks of at least kMinBlock elements, at most kMaxBlocks blocks.
 constexpr int64_t kMinBlock = 1 << 14;
 constexpr int64_t kMaxBlocks = 1024;
 
-void CheckHost(const Tensor& t, const char* name) {
-  CHECK(t.defined()) << name << " is undefined";
-  CHECK(t.device().is_cpu()) << name << " must be on the cpu, got " << t.DebugString();
-  CHECK(t.is_contiguous()) << name << " must be contiguous, got " << t.DebugString();
-}
 
-void CheckHostF32(const Tensor& t, const char* name) {
-  CheckHost(t, name);
-  CHECK(t.dtype() == DType::kF32) << name << " must be f32, got " << t.DebugString();
-}
 
 void CheckSameShape(const Tensor& a, const Tensor& b, const char* op, const char* a_name,
                     const char* b_name) {

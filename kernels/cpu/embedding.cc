@@ -1,5 +1,7 @@
 #include "kernels/cpu/embedding.h"
 
+#include "kernels/cpu/op_checks.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -9,15 +11,7 @@
 namespace sbp::cpu {
 namespace {
 
-constexpr int64_t kParallelMinElements = 1 << 15;
 
-void CheckHost(const Tensor& t, DType dtype, const char* name) {
-  CHECK(t.defined()) << name << " is undefined";
-  CHECK(t.device().is_cpu()) << name << " must be on the cpu, got " << t.DebugString();
-  CHECK(t.dtype() == dtype) << name << " must be " << DTypeName(dtype) << ", got "
-                            << t.DebugString();
-  CHECK(t.is_contiguous()) << name << " must be contiguous, got " << t.DebugString();
-}
 
 // Checks the layout of (ids, table-like [V, H], rows [T, H]) and every id.
 void CheckEmbeddingArgs(const Tensor& table, const Tensor& ids, const Tensor& rows,

@@ -1,5 +1,7 @@
 #include "kernels/cpu/matmul.h"
 
+#include "kernels/cpu/op_checks.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -10,15 +12,8 @@
 namespace sbp::cpu {
 namespace {
 
-constexpr int64_t kParallelMinElements = 1 << 15;
 constexpr int64_t kBiasColumnBlock = 64;
 
-void CheckHostF32(const Tensor& t, const char* name) {
-  CHECK(t.defined()) << name << " is undefined";
-  CHECK(t.device().is_cpu()) << name << " must be on the cpu, got " << t.DebugString();
-  CHECK(t.dtype() == DType::kF32) << name << " must be f32, got " << t.DebugString();
-  CHECK(t.is_contiguous()) << name << " must be contiguous, got " << t.DebugString();
-}
 
 // Number of rows of a [..., cols] tensor.
 int64_t RowCount(const Tensor& t, const char* name) {

@@ -1,5 +1,7 @@
 #include "kernels/cpu/rms_norm.h"
 
+#include "kernels/cpu/op_checks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,18 +10,11 @@
 namespace sbp::cpu {
 namespace {
 
-constexpr int64_t kParallelMinElements = 1 << 15;
 // The backward reduces dweight over at most this many row blocks. Depends on
 // the shape only, never on the thread count, so results are reproducible.
 constexpr int64_t kMaxRowBlocks = 64;
 constexpr int64_t kMinRowsPerBlock = 16;
 
-void CheckHostF32(const Tensor& t, const char* name) {
-  CHECK(t.defined()) << name << " is undefined";
-  CHECK(t.device().is_cpu()) << name << " must be on the cpu, got " << t.DebugString();
-  CHECK(t.dtype() == DType::kF32) << name << " must be f32, got " << t.DebugString();
-  CHECK(t.is_contiguous()) << name << " must be contiguous, got " << t.DebugString();
-}
 
 // Returns the number of rows of x normalised by weight.
 int64_t CheckRows(const Tensor& x, const Tensor& weight, const char* x_name) {

@@ -1,30 +1,23 @@
 #include "kernels/cpu/swiglu.h"
 
+#include "kernels/cpu/op_checks.h"
+
 #include <cmath>
 #include <cstdint>
 
 namespace sbp::cpu {
 namespace {
 
-constexpr int64_t kParallelMinElements = 1 << 15;
 
-void CheckLike(const Tensor& t, const Tensor& like, const char* name) {
-  CHECK(t.defined()) << name << " is undefined";
-  CHECK(t.device().is_cpu()) << name << " must be on the cpu, got " << t.DebugString();
-  CHECK(t.dtype() == DType::kF32) << name << " must be f32, got " << t.DebugString();
-  CHECK(t.is_contiguous()) << name << " must be contiguous, got " << t.DebugString();
-  CHECK(t.shape() == like.shape())
-      << name << " " << t.DebugString() << " must match gate " << like.DebugString();
-}
 
 inline float Sigmoid(float g) { return 1.0f / (1.0f + std::exp(-g)); }
 
 }  // namespace
 
 void SwigluForward(const Tensor& gate, const Tensor& up, Tensor& out) {
-  CheckLike(gate, gate, "gate");
-  CheckLike(up, gate, "up");
-  CheckLike(out, gate, "out");
+  CheckHostLike(gate, gate, "gate", "gate");
+  CheckHostLike(up, gate, "up", "gate");
+  CheckHostLike(out, gate, "out", "gate");
   const int64_t n = gate.numel();
   const float* g = gate.data<float>();
   const float* u = up.data<float>();
@@ -38,11 +31,11 @@ void SwigluForward(const Tensor& gate, const Tensor& up, Tensor& out) {
 
 void SwigluBackward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
                     Tensor& dup) {
-  CheckLike(gate, gate, "gate");
-  CheckLike(up, gate, "up");
-  CheckLike(dout, gate, "dout");
-  CheckLike(dgate, gate, "dgate");
-  CheckLike(dup, gate, "dup");
+  CheckHostLike(gate, gate, "gate", "gate");
+  CheckHostLike(up, gate, "up", "gate");
+  CheckHostLike(dout, gate, "dout", "gate");
+  CheckHostLike(dgate, gate, "dgate", "gate");
+  CheckHostLike(dup, gate, "dup", "gate");
   const int64_t n = gate.numel();
   const float* g = gate.data<float>();
   const float* u = up.data<float>();
