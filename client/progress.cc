@@ -42,11 +42,14 @@ ProgressPrinter::ProgressPrinter(std::FILE* out, bool interactive, int64_t every
     : out_(out), interactive_(interactive), every_(every > 0 ? every : 1) {}
 
 void ProgressPrinter::Update(const ProgressSample& sample) {
+  if (last_printed_step_ < 0) last_printed_step_ = sample.step - 1;
   if (interactive_) {
     std::fprintf(out_, "\r%s\033[K", ProgressLine(sample).c_str());
     open_line_ = true;
-  } else if (sample.step % every_ == 0 || sample.step == sample.total_steps) {
+  } else if (sample.step / every_ > last_printed_step_ / every_ ||
+             (sample.step == sample.total_steps && sample.step != last_printed_step_)) {
     std::fprintf(out_, "%s\n", ProgressLine(sample).c_str());
+    last_printed_step_ = sample.step;
   }
   std::fflush(out_);
 }

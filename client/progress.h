@@ -21,7 +21,8 @@ struct ProgressSample {
 class ProgressPrinter {
  public:
   // `interactive`: redraw one line (a terminal); otherwise print a line every
-  // `every` steps and on the last step.
+  // `every` steps and on the last step (when samples skip steps, as a remote
+  // watch may, a line whenever a multiple of `every` was passed).
   ProgressPrinter(std::FILE* out, bool interactive, int64_t every);
   void Update(const ProgressSample& sample);
   // Ends the in-place line (before other output).
@@ -32,6 +33,7 @@ class ProgressPrinter {
   bool interactive_;
   int64_t every_;
   bool open_line_ = false;
+  int64_t last_printed_step_ = -1;  // -1: no sample yet
 };
 
 // "1:02:03" / "4:05".

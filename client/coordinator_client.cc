@@ -1,0 +1,169 @@
+#include "client/coordinator_client.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "worker/agent/coordinator_channel.h"
+#include "worker/model/file_util.h"
+
+namespace sbp::cli {
+namespace {
+
+namespace v1 = streambp::v1;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kCallTimeout{30000};
+
+absl::StatusOr<std::string> ResolveToken(const GlobalOptions& options) {
+  if (!options.token_file.empty()) {
+    absl::StatusOr<std::string> text = ReadFileToString(options.token_file);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--token-file: ", text.status().message()));
+    }
+    return std::string(absl::StripAsciiWhitespace(*text));
+  }
+  const char* env = std::getenv("SBP_TOKEN");
+  return env == nullptr ? std::string() : std::string(absl::StripAsciiWhitespace(env));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const GlobalOptions& options) {
+  ASSIGN_OR_RETURN(std::string token, ResolveToken(options));
+  return Connect(options.coordinator, token, options.tls_ca);
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const std::string& address, const std::string& token, const std::string& tls_ca) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   CreateCoordinatorChannel({address, token, tls_ca}));
+  return std::unique_ptr<CoordinatorClient>(
+      new CoordinatorClient(address, token, v1::JobService::NewStub(channel)));
+}
+
+void CoordinatorClient::Prepare(grpc::ClientContext& context, milliseconds timeout) const {
+  PrepareContext(context, token_, timeout);
+}
+
+absl::StatusOr<v1::SubmitJobResponse> CoordinatorClient::Submit(const std::string& spec_yaml,
+                                                                const std::string& request_id) {
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(spec_yaml);
+  request.set_request_id(request_id);
+  grpc::ClientContext context;
+  Prepare(context, kCallTimeout);
+  v1::SubmitJobResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->Submit(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::Get(const std::string& id) {
+  v1::GetJobRequest request;
+  request.set_id(id);
+  grpc::ClientContext context;
+  Prepare(context, kCallTimeout);
+  v1::Job response;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->Get(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::List(
+    const std::vector<v1::JobState>& states, int limit) {
+  v1::ListJobsResponse all;
+  std::string token;
+  do {
+    v1::ListJobsRequest request;
+    for (v1::JobState s : states) request.add_states(s);
+    const int left = limit > 0 ? limit - all.jobs_size() : 100;
+    request.set_page_size(std::min(left, 100));
+    request.set_page_token(token);
+    grpc::ClientContext context;
+    Prepare(context, kCallTimeout);
+    v1::ListJobsResponse page;
+    RETURN_IF_ERROR(FromGrpcStatus(stub_->List(&context, request, &page)));
+    for (v1::Job& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
+    token = page.next_page_token();
+  } while (!token.empty() && (limit <= 0 || all.jobs_size() < limit));
+  all.set_next_page_token(token);
+  return all;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::Cancel(const std::string& id,
+                                                  const std::string& reason) {
+  v1::CancelJobRequest request;
+  request.set_id(id);
+  request.set_reason(reason);
+  grpc::ClientContext context;
+  Prepare(context, kCallTimeout);
+  v1::Job response;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->Cancel(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<v1::JobEventsResponse> CoordinatorClient::Events(const std::string& id,
+                                                                int64_t after_sequence) {
+  v1::JobEventsRequest request;
+  request.set_id(id);
+  request.set_after_sequence(after_sequence);
+  grpc::ClientContext context;
+  Prepare(context, kCallTimeout);
+  v1::JobEventsResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->Events(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {
+  grpc::ClientContext context;
+  Prepare(context, kCallTimeout);
+  v1::ListWorkersResponse response;
+  RETURN_IF_ERROR(
+      FromGrpcStatus(stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response)));
+  return response;
+}
+
+absl::Status CoordinatorClient::Watch(const std::string& id,
+                                      const std::function<bool(const v1::Job&)>& on_update) {
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  grpc::ClientContext context;
+  if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
+  std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader = stub_->Watch(&context, request);
+  v1::JobUpdate update;
+  while (reader->Read(&update)) {
+    if (!on_update(update.job())) {
+      context.TryCancel();
+      while (reader->Read(&update)) {
+      }
+      (void)reader->Finish();
+      return absl::OkStatus();
+    }
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
+std::string NewRequestId() {
+  std::random_device device;
+  std::mt19937_64 rng((static_cast<uint64_t>(device()) << 32) ^ device());
+  const uint64_t a = rng(), b = rng();
+  return absl::StrFormat("%08x-%04x-4%03x-%04x-%012x", a >> 32, (a >> 16) & 0xffff, a & 0xfff,
+                         0x8000 | ((b >> 48) & 0x3fff), b & 0xffffffffffffULL);
+}
+
+int ReportRpcError(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "sbp %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+}  // namespace sbp::cli

@@ -1,0 +1,191 @@
+#include "client/job_commands.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/cli_common.h"
+#include "client/job_output.h"
+#include "client/job_watch.h"
+#include "worker/model/file_util.h"
+
+namespace sbp::cli {
+namespace {
+
+namespace v1 = streambp::v1;
+
+struct JobArgs {
+  std::string spec_path;
+  std::string id;
+  std::string output;  // "" or "json"
+  std::string request_id;
+  std::string reason;
+  std::vector<std::string> states;
+  int limit = 100;
+  bool watch = false;
+};
+
+bool Json(const JobArgs& args) { return args.output == "json"; }
+
+// Connects or prints why not; nullptr then, with *code set.
+std::unique_ptr<CoordinatorClient> ConnectOrReport(const GlobalOptions& global,
+                                                   const std::string& command, int* code) {
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(global);
+  if (!client.ok()) {
+    *code = ReportError(command, client.status());
+    return nullptr;
+  }
+  return *std::move(client);
+}
+
+int Submit(const GlobalOptions& global, const JobArgs& args) {
+  absl::StatusOr<std::string> spec = ReadFileToString(args.spec_path);
+  if (!spec.ok()) return ReportError("submit", spec.status());
+  int code = kExitOk;
+  auto client = ConnectOrReport(global, "submit", &code);
+  if (!client) return code;
+  const std::string request_id = args.request_id.empty() ? NewRequestId() : args.request_id;
+  absl::StatusOr<v1::SubmitJobResponse> response = client->Submit(*spec, request_id);
+  if (!response.ok()) return ReportRpcError("submit", response.status());
+  const v1::Job& job = response->job();
+  if (Json(args)) {
+    std::printf("%s", ToJson(job, false).c_str());
+  } else {
+    std::printf("%s\n", job.id().c_str());
+    std::fprintf(stderr, "%s %s: %s (%s)\n",
+                 response->created() ? "submitted" : "already submitted (same request id)",
+                 job.name().c_str(), StateName(job.state()).c_str(), job.reason().c_str());
+  }
+  std::fflush(stdout);
+  if (!args.watch) return kExitOk;
+  return WatchJob(*client, job.id(), "submit");
+}
+
+int List(const GlobalOptions& global, const JobArgs& args) {
+  std::vector<v1::JobState> states;
+  for (const std::string& s : args.states) {
+    absl::StatusOr<v1::JobState> state = ParseState(s);
+    if (!state.ok()) return ReportError("list", state.status());
+    states.push_back(*state);
+  }
+  int code = kExitOk;
+  auto client = ConnectOrReport(global, "list", &code);
+  if (!client) return code;
+  absl::StatusOr<v1::ListJobsResponse> jobs = client->List(states, args.limit);
+  if (!jobs.ok()) return ReportRpcError("list", jobs.status());
+  std::printf("%s", Json(args) ? ToJson(*jobs, false).c_str() : JobsTable(*jobs).c_str());
+  return kExitOk;
+}
+
+int Get(const GlobalOptions& global, const JobArgs& args) {
+  int code = kExitOk;
+  auto client = ConnectOrReport(global, "get", &code);
+  if (!client) return code;
+  absl::StatusOr<v1::Job> job = client->Get(args.id);
+  if (!job.ok()) return ReportRpcError("get", job.status());
+  std::printf("%s",
+              Json(args) ? ToJson(*job, true).append("\n").c_str() : JobDetails(*job).c_str());
+  return kExitOk;
+}
+
+int Watch(const GlobalOptions& global, const JobArgs& args) {
+  int code = kExitOk;
+  auto client = ConnectOrReport(global, "watch", &code);
+  if (!client) return code;
+  return WatchJob(*client, args.id, "watch");
+}
+
+int Cancel(const GlobalOptions& global, const JobArgs& args) {
+  int code = kExitOk;
+  auto client = ConnectOrReport(global, "cancel", &code);
+  if (!client) return code;
+  absl::StatusOr<v1::Job> job = client->Cancel(args.id, args.reason);
+  if (!job.ok()) return ReportRpcError("cancel", job.status());
+  if (Json(args)) {
+    std::printf("%s", ToJson(*job, false).c_str());
+  } else {
+    std::printf("%s %s: %s\n", job->id().c_str(), StateName(job->state()).c_str(),
+                job->reason().c_str());
+  }
+  return kExitOk;
+}
+
+int Events(const GlobalOptions& global, const JobArgs& args) {
+  int code = kExitOk;
+  auto client = ConnectOrReport(global, "events", &code);
+  if (!client) return code;
+  absl::StatusOr<v1::JobEventsResponse> events = client->Events(args.id, 0);
+  if (!events.ok()) return ReportRpcError("events", events.status());
+  std::printf("%s", Json(args) ? ToJson(*events, false).c_str() : EventsTable(*events).c_str());
+  return kExitOk;
+}
+
+int Workers(const GlobalOptions& global, const JobArgs& args) {
+  int code = kExitOk;
+  auto client = ConnectOrReport(global, "workers", &code);
+  if (!client) return code;
+  absl::StatusOr<v1::ListWorkersResponse> workers = client->ListWorkers();
+  if (!workers.ok()) return ReportRpcError("workers", workers.status());
+  std::printf("%s", Json(args) ? ToJson(*workers, false).c_str() : WorkersTable(*workers).c_str());
+  return kExitOk;
+}
+
+void AddOutputFlag(CLI::App* command, JobArgs* args) {
+  command->add_option("-o,--output", args->output, "output format: json")
+      ->check(CLI::IsMember({"json", "table"}));
+}
+
+}  // namespace
+
+void AddJobCommands(CLI::App& app, const GlobalOptions* global, int* exit_code) {
+  auto args = std::make_shared<JobArgs>();
+  auto bind = [global, args, exit_code](int (*fn)(const GlobalOptions&, const JobArgs&)) {
+    return [global, args, exit_code, fn] { *exit_code = fn(*global, *args); };
+  };
+
+  CLI::App* submit = app.add_subcommand("submit", "submit a job spec to the coordinator");
+  submit->add_option("job", args->spec_path, "job spec (YAML)")->required();
+  submit->add_flag("--watch", args->watch, "follow the job to its end (exit code: its outcome)");
+  submit->add_option("--request-id", args->request_id,
+                     "idempotency key: resubmitting with the same id returns the same job "
+                     "(default: a new random id)");
+  AddOutputFlag(submit, args.get());
+  submit->callback(bind(Submit));
+
+  CLI::App* list = app.add_subcommand("list", "list jobs, newest first");
+  list->add_option("--state", args->states, "only jobs in this state (repeatable)");
+  list->add_option("--limit", args->limit, "at most this many jobs; 0: all")->capture_default_str();
+  AddOutputFlag(list, args.get());
+  list->callback(bind(List));
+
+  CLI::App* get = app.add_subcommand("get", "show one job");
+  get->add_option("id", args->id, "job id")->required();
+  AddOutputFlag(get, args.get());
+  get->callback(bind(Get));
+
+  CLI::App* watch = app.add_subcommand(
+      "watch",
+      "follow a job with a progress bar; exit code: 0 succeeded, 1 failed or cancelled, "
+      "2 failed on bad input");
+  watch->add_option("id", args->id, "job id")->required();
+  watch->callback(bind(Watch));
+
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a job (running jobs stop after a step)");
+  cancel->add_option("id", args->id, "job id")->required();
+  cancel->add_option("--reason", args->reason, "recorded with the cancellation");
+  AddOutputFlag(cancel, args.get());
+  cancel->callback(bind(Cancel));
+
+  CLI::App* events =
+      app.add_subcommand("events", "show a job's history: state changes and notices");
+  events->add_option("id", args->id, "job id")->required();
+  AddOutputFlag(events, args.get());
+  events->callback(bind(Events));
+
+  CLI::App* workers = app.add_subcommand("workers", "list the coordinator's workers");
+  AddOutputFlag(workers, args.get());
+  workers->callback(bind(Workers));
+}
+
+}  // namespace sbp::cli

@@ -1,0 +1,166 @@
+#include "client/job_output.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/progress.h"
+#include "client/table.h"
+#include "common/byte_size.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace sbp::cli {
+namespace {
+
+namespace v1 = streambp::v1;
+
+std::string StepText(const v1::JobProgress& p) {
+  if (p.total_steps() <= 0) return "-";
+  return absl::StrCat(p.step(), "/", p.total_steps());
+}
+
+std::string LossText(const v1::JobProgress& p) {
+  return p.step() > 0 ? absl::StrFormat("%.4f", p.loss()) : "-";
+}
+
+std::string Bytes(int64_t bytes) { return bytes > 0 ? FormatByteSize(bytes) : "-"; }
+
+std::string DeviceName(v1::DeviceKind kind) {
+  switch (kind) {
+    case v1::DEVICE_KIND_CPU:
+      return "cpu";
+    case v1::DEVICE_KIND_CUDA:
+      return "cuda";
+    default:
+      return "?";
+  }
+}
+
+std::string TimeText(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  const absl::Time time = absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+  return absl::StrCat(absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", time, absl::UTCTimeZone()), " (",
+                      Age(t), " ago)");
+}
+
+}  // namespace
+
+std::string StateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  absl::string_view view = name;
+  if (absl::ConsumePrefix(&view, "JOB_STATE_")) return std::string(view);
+  return name;
+}
+
+absl::StatusOr<v1::JobState> ParseState(const std::string& text) {
+  std::string upper = absl::AsciiStrToUpper(text);
+  if (!absl::StartsWith(upper, "JOB_STATE_")) upper = "JOB_STATE_" + upper;
+  v1::JobState state;
+  if (!v1::JobState_Parse(upper, &state) || state == v1::JOB_STATE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--state: unknown job state '", text,
+                     "' (pending, scheduled, running, succeeded, failed, cancelled, retrying)"));
+  }
+  return state;
+}
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+std::string ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  const auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
+  if (!status.ok()) return "{}";
+  if (!pretty) out += '\n';
+  return out;
+}
+
+std::string Age(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  const int64_t seconds = std::max<int64_t>(0, absl::ToUnixSeconds(absl::Now()) - t.seconds());
+  if (seconds < 120) return absl::StrCat(seconds, "s");
+  if (seconds < 2 * 3600) return absl::StrCat(seconds / 60, "m");
+  if (seconds < 2 * 86400) return absl::StrCat(seconds / 3600, "h");
+  return absl::StrCat(seconds / 86400, "d");
+}
+
+std::string JobsTable(const v1::ListJobsResponse& jobs) {
+  Table table({"ID", "NAME", "STATE", "ATTEMPT", "STEP", "LOSS", "PEAK", "AGE", "REASON"});
+  for (const v1::Job& job : jobs.jobs()) {
+    table.AddRow({job.id(), job.name(), StateName(job.state()), absl::StrCat(job.attempt()),
+                  StepText(job.progress()), LossText(job.progress()),
+                  Bytes(job.progress().peak_bytes()), Age(job.created_at()), job.reason()});
+  }
+  return table.Render();
+}
+
+std::string WorkersTable(const v1::ListWorkersResponse& workers) {
+  Table table({"ID", "NAME", "DEVICE", "MEMORY", "STATE", "JOB", "PEAK", "HEARTBEAT", "VERSION"});
+  for (const v1::Worker& w : workers.workers()) {
+    table.AddRow({w.id(), w.name(), DeviceName(w.device()), Bytes(w.memory_bytes()), w.state(),
+                  w.job_id().empty() ? "-" : w.job_id(), Bytes(w.memory().peak_bytes()),
+                  Age(w.last_heartbeat()) + (w.has_last_heartbeat() ? " ago" : ""),
+                  w.version().empty() ? "-" : w.version()});
+  }
+  return table.Render();
+}
+
+std::string JobDetails(const v1::Job& job) {
+  const v1::JobProgress& p = job.progress();
+  Table t({"id:", job.id()});
+  t.AddRow({"name:", job.name()});
+  t.AddRow({"state:", StateName(job.state())});
+  t.AddRow({"reason:", job.reason()});
+  t.AddRow({"attempt:", absl::StrCat(job.attempt(), " (max restarts ", job.max_restarts(), ")")});
+  t.AddRow({"workers:", job.worker_ids().empty()
+                            ? std::string("-")
+                            : absl::StrCat(absl::StrJoin(job.worker_ids(), ", "), " (world size ",
+                                           job.world_size(), ")")});
+  t.AddRow({"memory:", absl::StrCat(Bytes(job.required_memory_bytes()), " per worker")});
+  t.AddRow({"priority:", absl::StrCat(job.priority())});
+  t.AddRow({"step:", StepText(p)});
+  if (p.step() > 0) {
+    t.AddRow({"loss:", LossText(p)});
+    t.AddRow({"learning rate:", absl::StrFormat("%.3g", p.learning_rate())});
+    t.AddRow({"throughput:",
+              absl::StrFormat("%.0f tok/s (%d tokens)", p.tokens_per_second(), p.tokens_total())});
+    t.AddRow({"mfu:", absl::StrFormat("%.2f%%", p.mfu() * 100)});
+    t.AddRow({"peak memory:", Bytes(p.peak_bytes())});
+    if (!IsTerminal(job.state())) t.AddRow({"eta:", FormatDuration(p.eta_seconds())});
+  }
+  if (job.failure_class() != v1::FAILURE_CLASS_UNSPECIFIED) {
+    t.AddRow({"failure:", v1::FailureClass_Name(job.failure_class())});
+  }
+  t.AddRow({"checkpoint:", job.last_checkpoint().empty() ? "-" : job.last_checkpoint()});
+  t.AddRow({"created:", TimeText(job.created_at())});
+  t.AddRow({"started:", TimeText(job.started_at())});
+  t.AddRow({"finished:", TimeText(job.finished_at())});
+  return t.Render();
+}
+
+std::string EventsTable(const v1::JobEventsResponse& events) {
+  Table table({"SEQ", "TIME", "ATTEMPT", "STATE", "REASON"});
+  for (const v1::JobEvent& e : events.events()) {
+    const absl::Time time = absl::FromUnixSeconds(e.time().seconds());
+    table.AddRow({absl::StrCat(e.sequence()),
+                  absl::FormatTime("%Y-%m-%d %H:%M:%S", time, absl::UTCTimeZone()),
+                  absl::StrCat(e.attempt()),
+                  e.to_state() == e.from_state() || e.to_state() == v1::JOB_STATE_UNSPECIFIED
+                      ? "-"
+                      : StateName(e.to_state()),
+                  e.reason().empty() ? e.message() : e.reason()});
+  }
+  return table.Render();
+}
+
+}  // namespace sbp::cli

@@ -1,0 +1,236 @@
+#include "client/run_command.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli_common.h"
+#include "client/coordinator_client.h"
+#include "client/job_watch.h"
+#include "common/byte_size.h"
+#include "common/logging.h"
+#include "server/coordinator.h"
+#include "worker/agent/system_info.h"
+#include "worker/agent/worker_agent.h"
+#include "worker/model/file_util.h"
+
+namespace sbp::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_interrupted{false};
+
+void OnInterrupt(int) {
+  g_interrupted = true;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process
+}
+
+struct RunArgs {
+  std::string spec_path;
+  int workers = 1;
+  std::string state_dir;
+};
+
+std::string RandomToken() {
+  std::random_device device;
+  std::string token;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&token, "%08x", device());
+  return token;
+}
+
+// The embedded coordinator's state directory: --state-dir, or a fresh
+// temporary one that is removed on destruction.
+class StateDir {
+ public:
+  static absl::StatusOr<StateDir> Open(const std::string& requested) {
+    StateDir dir;
+    if (!requested.empty()) {
+      std::error_code ec;
+      fs::create_directories(requested, ec);
+      if (ec) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--state-dir ", requested, ": ", ec.message()));
+      }
+      dir.path_ = requested;
+      return dir;
+    }
+    std::string pattern = (fs::temp_directory_path() / "sbp-run-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::InternalError("cannot create a temporary state directory");
+    }
+    dir.path_ = pattern;
+    dir.temporary_ = true;
+    return dir;
+  }
+  StateDir() = default;
+  StateDir(StateDir&& other) noexcept
+      : path_(std::move(other.path_)), temporary_(std::exchange(other.temporary_, false)) {}
+  ~StateDir() {
+    std::error_code ec;
+    if (temporary_) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool temporary_ = false;
+};
+
+// N agents, each on its own thread; stopped and joined on destruction.
+class LocalWorkers {
+ public:
+  absl::Status Start(int count, const std::string& address, const std::string& token) {
+    const int64_t memory = std::max<int64_t>(PhysicalMemoryBytes() / count, 1 << 20);
+    // Training threads: OMP_NUM_THREADS when set, else the cores split between the workers
+    // with one left for the control plane (spinning OpenMP teams that share a core with gRPC
+    // threads slow down many times over).
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int threads =
+        std::getenv("OMP_NUM_THREADS") != nullptr ? 0 : std::max(1, (cores - 1) / count);
+    for (int i = 0; i < count; ++i) {
+      AgentOptions options;
+      options.coordinator = address;
+      options.token = token;
+      options.name = absl::StrCat("local-", i);
+      options.memory_bytes = memory;
+      options.work_dir = ".";
+      options.compute_threads = threads;
+      absl::StatusOr<std::unique_ptr<WorkerAgent>> agent = WorkerAgent::Create(options);
+      if (!agent.ok()) return agent.status();
+      agents_.push_back(*std::move(agent));
+    }
+    for (auto& agent : agents_) {
+      WorkerAgent* a = agent.get();
+      threads_.emplace_back([a] {
+        const absl::Status status = a->Run();
+        if (!status.ok()) LOG(ERROR) << "worker " << a->options().name << ": " << status;
+      });
+    }
+    return absl::OkStatus();
+  }
+  ~LocalWorkers() {
+    for (auto& agent : agents_) agent->Stop();
+    for (std::thread& t : threads_) t.join();
+  }
+  int64_t memory_each() const {
+    return agents_.empty() ? 0 : agents_.front()->options().memory_bytes;
+  }
+
+ private:
+  std::vector<std::unique_ptr<WorkerAgent>> agents_;
+  std::vector<std::thread> threads_;
+};
+
+// Cancels the job once when Ctrl-C was pressed; stops with the watch.
+class InterruptCanceller {
+ public:
+  InterruptCanceller(CoordinatorClient& client, std::string id)
+      : thread_([this, &client, id = std::move(id)] {
+          while (!done_) {
+            if (g_interrupted) {
+              std::fprintf(stderr,
+                           "\nsbp run: interrupted; cancelling job %s (Ctrl-C again "
+                           "to quit at once)\n",
+                           id.c_str());
+              absl::StatusOr<streambp::v1::Job> job = client.Cancel(id, "interrupted (Ctrl-C)");
+              if (!job.ok()) {
+                std::fprintf(stderr, "sbp run: %s\n", std::string(job.status().message()).c_str());
+              }
+              return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+        }) {}
+  ~InterruptCanceller() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+int RunJob(const RunArgs& args) {
+  if (args.workers < 1) {
+    return ReportError("run", absl::InvalidArgumentError("--workers: must be at least 1"));
+  }
+  absl::StatusOr<std::string> spec = ReadFileToString(args.spec_path);
+  if (!spec.ok()) return ReportError("run", spec.status());
+  // The embedded services log only warnings unless SBP_LOG_LEVEL says otherwise.
+  if (std::getenv("SBP_LOG_LEVEL") == nullptr) SetLogLevel(LogLevel::kWarning);
+
+  absl::StatusOr<StateDir> state = StateDir::Open(args.state_dir);
+  if (!state.ok()) return ReportError("run", state.status());
+  server::CoordinatorOptions options;
+  options.listen = "127.0.0.1:0";
+  options.db_path = (fs::path(state->path()) / "coordinator.db").string();
+  options.client_token = RandomToken();
+  options.worker_token = RandomToken();
+  absl::StatusOr<std::unique_ptr<server::Coordinator>> coordinator =
+      server::Coordinator::Start(options);
+  if (!coordinator.ok()) return ReportError("run", coordinator.status());
+  const std::string address = (*coordinator)->address();
+
+  int code = kExitOk;
+  {
+    LocalWorkers workers;
+    if (absl::Status s = workers.Start(args.workers, address, options.worker_token); !s.ok()) {
+      return ReportError("run", s);
+    }
+    std::fprintf(stderr,
+                 "sbp run: embedded coordinator on %s (state in %s), %d local worker%s "
+                 "with %s each\n",
+                 address.c_str(), state->path().c_str(), args.workers, args.workers == 1 ? "" : "s",
+                 FormatByteSize(workers.memory_each()).c_str());
+    absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
+        CoordinatorClient::Connect(address, options.client_token, "");
+    if (!client.ok()) return ReportError("run", client.status());
+    absl::StatusOr<streambp::v1::SubmitJobResponse> submitted =
+        (*client)->Submit(*spec, NewRequestId());
+    if (!submitted.ok()) {
+      code = ReportRpcError("run", submitted.status());
+      if (code != kExitBadInput &&
+          submitted.status().code() == absl::StatusCode::kResourceExhausted) {
+        code = kExitBadInput;  // the job cannot fit on these workers
+      }
+    } else {
+      g_interrupted = false;
+      std::signal(SIGINT, OnInterrupt);
+      InterruptCanceller canceller(**client, submitted->job().id());
+      code = WatchJob(**client, submitted->job().id(), "run");
+    }
+    std::signal(SIGINT, SIG_DFL);
+  }
+  (*coordinator)->Shutdown();
+  return code;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* run = app.add_subcommand(
+      "run", "run a job on an embedded coordinator with local workers (no setup needed)");
+  run->add_option("job", args->spec_path, "job spec (YAML)")->required();
+  run->add_option("--workers", args->workers, "local workers to start")->capture_default_str();
+  run->add_option("--state-dir", args->state_dir,
+                  "keep the coordinator's SQLite state here (default: a temporary directory)");
+  run->callback([args, exit_code] { *exit_code = RunJob(*args); });
+}
+
+}  // namespace sbp::cli

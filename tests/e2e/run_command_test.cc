@@ -1,0 +1,63 @@
+// `sbp run`: an embedded coordinator and local workers in one process run a
+// job end to end; a bad spec is exit code 2; --state-dir keeps the state.
+#include <gtest/gtest.h>
+
+#include "tests/e2e/cluster_test_util.h"
+
+namespace sbp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One training thread: the embedded services share the test machine's cores.
+std::string SbpRun() { return std::string("OMP_NUM_THREADS=1 ") + SbpBinary() + " run"; }
+
+class RunCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override { cluster_ = std::make_unique<Cluster>("run_command"); }
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(RunCommandTest, RunsATinyJobToSuccess) {
+  Cluster& c = *cluster_;
+  c.WriteSpec("tiny", c.Spec("tiny", 4, 4, 2));
+  const CommandResult r = RunCommand(SbpRun() + " tiny.yaml", c.dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("SUCCEEDED"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("4/4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("embedded coordinator"), std::string::npos) << r.err;
+  const std::string metrics = ReadAll((c.dir() / "runs/tiny/metrics.jsonl").string());
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 4);
+  EXPECT_TRUE(fs::exists(c.dir() / "runs/tiny/checkpoints/step-00000004"));
+}
+
+TEST_F(RunCommandTest, TwoWorkersAndAKeptStateDirectory) {
+  Cluster& c = *cluster_;
+  c.WriteSpec("two", c.Spec("two", 3, 2, 0));
+  const CommandResult r = RunCommand(SbpRun() + " two.yaml --workers 2 --state-dir state", c.dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("2 local workers"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(c.dir() / "state/coordinator.db"));
+}
+
+TEST_F(RunCommandTest, RejectedSpecIsExitCodeTwo) {
+  Cluster& c = *cluster_;
+  c.WriteSpec("bad", c.Spec("bad", 3, 2, 0, "trian: {steps: 1}\n"));
+  CommandResult r = RunCommand(SbpRun() + " bad.yaml", c.dir());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("trian"), std::string::npos) << r.err;
+  r = RunCommand(SbpRun() + " missing.yaml", c.dir());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  // Bad data is found by the worker: the job fails as bad input, also exit code 2.
+  WriteFile(c.dir() / "broken.jsonl", "{\"input_ids\": \"x\"}\n");
+  std::string spec = c.Spec("broken", 3, 2, 0);
+  spec.replace(spec.find("data.jsonl"), 10, "broken.jsonl");
+  c.WriteSpec("broken", spec);
+  r = RunCommand(SbpRun() + " broken.yaml", c.dir());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("broken.jsonl"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace sbp::testing

@@ -1,0 +1,55 @@
+#include "worker/agent/progress_convert.h"
+
+#include <gtest/gtest.h>
+
+namespace sbp {
+namespace {
+
+TEST(ToJobProgressTest, CopiesEveryFigure) {
+  StepReport r;
+  r.step = 7;
+  r.total_steps = 20;
+  r.loss = 2.5;
+  r.lr = 1e-3;
+  r.grad_norm = 0.75;
+  r.tokens = 128;
+  r.tokens_total = 896;
+  r.step_seconds = 0.5;
+  r.tokens_per_second = 256;
+  r.mfu = 0.125;
+  r.peak_bytes = 1 << 20;
+  r.current_bytes = 1 << 19;
+  const streambp::v1::JobProgress p = ToJobProgress(r, 6.5);
+  EXPECT_EQ(p.step(), 7);
+  EXPECT_EQ(p.total_steps(), 20);
+  EXPECT_DOUBLE_EQ(p.loss(), 2.5);
+  EXPECT_DOUBLE_EQ(p.learning_rate(), 1e-3);
+  EXPECT_DOUBLE_EQ(p.grad_norm(), 0.75);
+  EXPECT_DOUBLE_EQ(p.tokens_per_second(), 256);
+  EXPECT_EQ(p.tokens_total(), 896);
+  EXPECT_DOUBLE_EQ(p.mfu(), 0.125);
+  EXPECT_EQ(p.peak_bytes(), 1 << 20);
+  EXPECT_EQ(p.current_bytes(), 1 << 19);
+  EXPECT_DOUBLE_EQ(p.step_seconds(), 0.5);
+  EXPECT_DOUBLE_EQ(p.eta_seconds(), 6.5);
+  EXPECT_FALSE(p.has_updated_at());
+}
+
+TEST(EstimateEtaSecondsTest, MeanStepTimeTimesStepsLeft) {
+  // 4 steps (1..4) in 2 s -> 0.5 s per step, 6 left.
+  EXPECT_DOUBLE_EQ(EstimateEtaSeconds(4, 10, 1, 2.0), 3.0);
+}
+
+TEST(EstimateEtaSecondsTest, CountsOnlyStepsOfThisRunAfterAResume) {
+  // Resumed after step 50: steps 51..60 took 5 s, 40 left.
+  EXPECT_DOUBLE_EQ(EstimateEtaSeconds(60, 100, 51, 5.0), 20.0);
+}
+
+TEST(EstimateEtaSecondsTest, UnknownBeforeAnyMeasurementAndZeroAtTheEnd) {
+  EXPECT_LT(EstimateEtaSeconds(0, 10, 1, 0.0), 0);
+  EXPECT_LT(EstimateEtaSeconds(3, 10, 1, 0.0), 0);
+  EXPECT_DOUBLE_EQ(EstimateEtaSeconds(10, 10, 1, 9.0), 0.0);
+}
+
+}  // namespace
+}  // namespace sbp

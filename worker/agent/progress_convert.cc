@@ -1,0 +1,30 @@
+#include "worker/agent/progress_convert.h"
+
+namespace sbp {
+
+double EstimateEtaSeconds(int64_t step, int64_t total_steps, int64_t first_step,
+                          double elapsed_seconds) {
+  if (total_steps > 0 && step >= total_steps) return 0;
+  const int64_t done = step - first_step + 1;
+  if (done <= 0 || elapsed_seconds <= 0) return -1;
+  return elapsed_seconds / static_cast<double>(done) * static_cast<double>(total_steps - step);
+}
+
+streambp::v1::JobProgress ToJobProgress(const StepReport& report, double eta_seconds) {
+  streambp::v1::JobProgress p;
+  p.set_step(report.step);
+  p.set_total_steps(report.total_steps);
+  p.set_loss(report.loss);
+  p.set_learning_rate(report.lr);
+  p.set_grad_norm(report.grad_norm);
+  p.set_tokens_per_second(report.tokens_per_second);
+  p.set_tokens_total(report.tokens_total);
+  p.set_mfu(report.mfu);
+  p.set_peak_bytes(report.peak_bytes);
+  p.set_current_bytes(report.current_bytes);
+  p.set_step_seconds(report.step_seconds);
+  p.set_eta_seconds(eta_seconds);
+  return p;
+}
+
+}  // namespace sbp

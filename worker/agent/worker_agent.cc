@@ -1,0 +1,480 @@
+#include "worker/agent/worker_agent.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "common/version.h"
+#include "google/protobuf/util/time_util.h"
+#include "worker/agent/backoff.h"
+#include "worker/agent/coordinator_channel.h"
+#include "worker/agent/failure.h"
+#include "worker/agent/progress_convert.h"
+#include "worker/agent/progress_reporter.h"
+#include "worker/agent/system_info.h"
+#include "worker/train/job_spec.h"
+#include "worker/train/trainer.h"
+
+namespace sbp {
+namespace {
+
+namespace v1 = streambp::v1;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kCallTimeout{10000};
+constexpr int kPollWaitSeconds = 10;
+
+v1::DeviceKind ToProto(DeviceKind kind) {
+  return kind == DeviceKind::kCuda ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
+}
+
+// Errors that another try cannot fix.
+bool IsPermanent(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kInvalidArgument:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool IsTransient(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// Feeds one run's steps and checkpoints to the reporter and the metrics, and
+// tells the trainer when to stop.
+class WorkerAgent::Observer final : public TrainingObserver {
+ public:
+  Observer(WorkerAgent* agent, const v1::Assignment& assignment, ProgressReporter* reporter)
+      : agent_(agent), assignment_(assignment), reporter_(reporter) {}
+
+  void OnStart(const JobSpec& spec, int64_t resumed_step, int64_t capacity_bytes) override {
+    start_ = Clock::now();
+    first_step_ = resumed_step + 1;
+    std::string message = absl::StrCat("attempt ", assignment_.attempt(), " started on worker ",
+                                       agent_->options_.name);
+    if (resumed_step > 0) absl::StrAppend(&message, ", resuming after step ", resumed_step);
+    if (capacity_bytes > 0) {
+      absl::StrAppend(&message, ", memory budget ", FormatByteSize(capacity_bytes));
+    }
+    reporter_->PostMessage(message);
+    if (resumed_step > 0) {  // where the run stands before its first step
+      v1::JobProgress progress;
+      progress.set_step(resumed_step);
+      progress.set_total_steps(spec.train.steps);
+      progress.set_eta_seconds(-1);
+      *progress.mutable_updated_at() = google::protobuf::util::TimeUtil::GetCurrentTime();
+      reporter_->PostProgress(progress);
+    }
+  }
+
+  void OnStep(const StepReport& report) override {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    v1::JobProgress progress = ToJobProgress(
+        report, EstimateEtaSeconds(report.step, report.total_steps, first_step_, elapsed));
+    *progress.mutable_updated_at() = google::protobuf::util::TimeUtil::GetCurrentTime();
+    reporter_->PostProgress(progress);
+    agent_->metrics_->OnStep(assignment_.job_id(), report);
+    agent_->current_bytes_ = report.current_bytes;
+    agent_->peak_bytes_ = report.peak_bytes;
+  }
+
+  void OnCheckpoint(int64_t step, const std::string& path) override {
+    reporter_->PostCheckpoint(path);
+  }
+
+  bool StopRequested() override {
+    return agent_->stopping() || reporter_->cancel_requested() || reporter_->aborted() ||
+           agent_->RunningAttemptStopped();
+  }
+
+ private:
+  WorkerAgent* agent_;
+  const v1::Assignment& assignment_;
+  ProgressReporter* reporter_;
+  Clock::time_point start_ = Clock::now();
+  int64_t first_step_ = 1;
+};
+
+WorkerAgent::WorkerAgent(AgentOptions options) : options_(std::move(options)) {}
+
+WorkerAgent::~WorkerAgent() {
+  Stop();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Create(AgentOptions options) {
+  if (options.coordinator.empty()) {
+    return absl::InvalidArgumentError("--coordinator: no coordinator address given");
+  }
+  if (options.memory_bytes <= 0) {
+    return absl::InvalidArgumentError("--memory: must be a positive byte size");
+  }
+  if (options.device == DeviceKind::kCuda && !kCudaCompiled) {
+    return absl::InvalidArgumentError("--device: this build has no CUDA backend");
+  }
+  if (options.name.empty()) options.name = DefaultWorkerName();
+  if (options.work_dir.empty()) options.work_dir.push_back('.');
+  std::unique_ptr<WorkerAgent> agent(new WorkerAgent(std::move(options)));
+  const AgentOptions& o = agent->options_;
+  auto channel = CreateCoordinatorChannel({o.coordinator, o.token, o.tls_ca_path});
+  if (!channel.ok()) return channel.status();
+  agent->channel_ = *channel;
+  agent->stub_ = v1::WorkerService::NewStub(agent->channel_);
+  auto metrics = WorkerMetrics::Create(o.metrics_listen, o.memory_bytes);
+  if (!metrics.ok()) return metrics.status();
+  agent->metrics_ = *std::move(metrics);
+  return agent;
+}
+
+std::string WorkerAgent::worker_id() const {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+void WorkerAgent::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  if (poll_context_ != nullptr) poll_context_->TryCancel();
+}
+
+bool WorkerAgent::RunningAttemptStopped() const {
+  absl::MutexLock lock(&mu_);
+  return running_stopped_;
+}
+
+void WorkerAgent::SleepFor(milliseconds duration) {
+  absl::MutexLock lock(&mu_);
+  auto stopping = [this] { return stopping_.load(); };
+  mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::FromChrono(duration));
+}
+
+absl::Status WorkerAgent::EnsureRegistered() {
+  absl::MutexLock register_lock(&register_mu_);
+  v1::RegisterWorkerRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    if (registered_) return absl::OkStatus();
+    request.set_worker_id(worker_id_);
+  }
+  request.set_name(options_.name);
+  request.set_device(ToProto(options_.device));
+  request.set_memory_bytes(options_.memory_bytes);
+  request.set_version(kVersion);
+  grpc::ClientContext context;
+  PrepareContext(context, options_.token, kCallTimeout);
+  v1::RegisterWorkerResponse response;
+  absl::Status status = FromGrpcStatus(stub_->Register(&context, request, &response));
+  if (!status.ok()) return status;
+  absl::MutexLock lock(&mu_);
+  if (!worker_id_.empty() && worker_id_ != response.worker_id()) {
+    LOG(WARNING) << "coordinator gave a new worker id " << response.worker_id() << " (was "
+                 << worker_id_ << ")";
+  }
+  LOG(INFO) << (worker_id_.empty() ? "registered" : "re-registered") << " with "
+            << options_.coordinator << " as " << response.worker_id() << " (" << options_.name
+            << ", " << FormatByteSize(options_.memory_bytes) << ")";
+  worker_id_ = response.worker_id();
+  registered_ = true;
+  if (response.heartbeat_seconds() > 0) heartbeat_seconds_ = response.heartbeat_seconds();
+  return absl::OkStatus();
+}
+
+void WorkerAgent::HeartbeatLoop() {
+  bool healthy = true;
+  while (!stopping()) {
+    int interval_seconds;
+    v1::HeartbeatRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      interval_seconds = heartbeat_seconds_;
+      request.set_worker_id(worker_id_);
+    }
+    SleepFor(healthy ? milliseconds(interval_seconds * 1000) : milliseconds(1000));
+    if (stopping()) break;
+    absl::Status status = EnsureRegistered();
+    if (status.ok()) {
+      {
+        absl::MutexLock lock(&mu_);
+        request.set_worker_id(worker_id_);
+      }
+      request.mutable_memory()->set_current_bytes(current_bytes_);
+      request.mutable_memory()->set_peak_bytes(peak_bytes_);
+      request.mutable_memory()->set_capacity_bytes(options_.memory_bytes);
+      grpc::ClientContext context;
+      PrepareContext(context, options_.token, kCallTimeout);
+      v1::HeartbeatResponse response;
+      status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+      if (status.ok()) {
+        absl::MutexLock lock(&mu_);
+        for (const v1::AttemptRef& ref : response.stop_attempts()) {
+          if (ref.job_id() == running_job_ && ref.attempt() == running_attempt_ &&
+              !running_stopped_) {
+            LOG(WARNING) << "the coordinator ended job " << ref.job_id() << " attempt "
+                         << ref.attempt() << "; stopping it";
+            running_stopped_ = true;
+          }
+        }
+      }
+      if (status.ok() && !response.registered()) {
+        LOG(WARNING) << "the coordinator forgot worker " << request.worker_id()
+                     << "; registering again";
+        {
+          absl::MutexLock lock(&mu_);
+          registered_ = false;
+        }
+        status = EnsureRegistered();
+      } else if (status.code() == absl::StatusCode::kNotFound) {
+        absl::MutexLock lock(&mu_);
+        registered_ = false;
+      }
+    }
+    if (!status.ok() && healthy)
+      LOG(WARNING) << "heartbeat failed (will retry): " << status.message();
+    if (status.ok() && !healthy) LOG(INFO) << "heartbeats resumed";
+    healthy = status.ok();
+  }
+}
+
+absl::StatusOr<std::optional<v1::Assignment>> WorkerAgent::PollAssignment() {
+  v1::GetAssignmentRequest request;
+  grpc::ClientContext context;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return std::optional<v1::Assignment>();
+    request.set_worker_id(worker_id_);
+    poll_context_ = &context;
+  }
+  request.set_wait_seconds(kPollWaitSeconds);
+  PrepareContext(context, options_.token, milliseconds((kPollWaitSeconds + 10) * 1000));
+  v1::GetAssignmentResponse response;
+  const auto start = Clock::now();
+  const grpc::Status rpc = stub_->GetAssignment(&context, request, &response);
+  {
+    absl::MutexLock lock(&mu_);
+    poll_context_ = nullptr;
+  }
+  if (stopping()) return std::optional<v1::Assignment>();
+  RETURN_IF_ERROR(FromGrpcStatus(rpc));
+  if (!response.has_assignment()) {
+    // A coordinator that answers at once instead of waiting must not be polled in a busy loop.
+    if (Clock::now() - start < milliseconds(200)) SleepFor(milliseconds(500));
+    return std::optional<v1::Assignment>();
+  }
+  return std::optional<v1::Assignment>(response.assignment());
+}
+
+absl::Status WorkerAgent::Run() {
+  if (options_.compute_threads > 0) omp_set_num_threads(options_.compute_threads);
+  Backoff backoff;
+  // The first registration decides whether this worker is welcome at all.
+  while (!stopping()) {
+    absl::Status status = EnsureRegistered();
+    if (status.ok()) break;
+    if (IsPermanent(status)) return status;
+    LOG(WARNING) << "cannot register with " << options_.coordinator
+                 << " (will retry): " << status.message();
+    SleepFor(backoff.Next());
+  }
+  if (stopping()) return absl::OkStatus();
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+
+  backoff.Reset();
+  bool healthy = true;
+  absl::Status fatal;
+  while (!stopping()) {
+    absl::Status status = EnsureRegistered();
+    absl::StatusOr<std::optional<v1::Assignment>> assignment =
+        status.ok() ? PollAssignment() : status;
+    if (!assignment.ok()) {
+      status = assignment.status();
+      if (status.code() == absl::StatusCode::kUnauthenticated ||
+          status.code() == absl::StatusCode::kPermissionDenied) {
+        fatal = status;
+        break;
+      }
+      if (status.code() == absl::StatusCode::kNotFound ||
+          status.code() == absl::StatusCode::kFailedPrecondition) {
+        absl::MutexLock lock(&mu_);
+        registered_ = false;  // the coordinator does not know this worker (any more)
+      }
+      if (healthy) LOG(WARNING) << "asking for work failed (will retry): " << status.message();
+      healthy = false;
+      SleepFor(backoff.Next());
+      continue;
+    }
+    if (!healthy) LOG(INFO) << "connected to " << options_.coordinator << " again";
+    healthy = true;
+    backoff.Reset();
+    if (assignment->has_value()) RunAssignment(**assignment);
+  }
+  Stop();
+  heartbeat_thread_.join();
+  return fatal;
+}
+
+absl::StatusOr<bool> WorkerAgent::SendProgress(const v1::Assignment& assignment,
+                                               const ProgressUpdate& update) {
+  v1::ReportProgressRequest request;
+  request.set_worker_id(worker_id());
+  request.set_job_id(assignment.job_id());
+  request.set_attempt(assignment.attempt());
+  request.set_rank(assignment.rank());
+  if (update.progress.has_value()) *request.mutable_progress() = *update.progress;
+  request.set_checkpoint(update.checkpoint);
+  request.set_message(update.message);
+  grpc::ClientContext context;
+  PrepareContext(context, options_.token, kCallTimeout);
+  v1::ReportProgressResponse response;
+  RETURN_IF_ERROR(FromGrpcStatus(stub_->ReportProgress(&context, request, &response)));
+  return response.cancel_requested();
+}
+
+void WorkerAgent::SendFinish(const v1::FinishRequest& request) {
+  Backoff backoff;
+  const auto start = Clock::now();
+  int reregistrations = 3;
+  while (true) {
+    v1::FinishRequest r = request;
+    r.set_worker_id(worker_id());
+    grpc::ClientContext context;
+    PrepareContext(context, options_.token, kCallTimeout);
+    v1::FinishResponse response;
+    const absl::Status status = FromGrpcStatus(stub_->Finish(&context, r, &response));
+    if (status.ok()) return;
+    if (status.code() == absl::StatusCode::kNotFound && reregistrations > 0) {
+      // A restarted coordinator that has not heard from this worker yet: register again
+      // (under the same id, which still holds the attempt) and retry.
+      --reregistrations;
+      {
+        absl::MutexLock lock(&mu_);
+        registered_ = false;
+      }
+      if (!EnsureRegistered().ok()) std::this_thread::sleep_for(backoff.Next());
+      continue;
+    }
+    if (!IsTransient(status)) {
+      LOG(WARNING) << "job " << r.job_id()
+                   << ": the coordinator refused the outcome: " << status.message();
+      return;
+    }
+    // When shutting down, give the coordinator a few seconds; its lease expiry covers the rest.
+    if (stopping() && Clock::now() - start > std::chrono::seconds(5)) {
+      LOG(WARNING) << "job " << r.job_id() << ": outcome not delivered: " << status.message();
+      return;
+    }
+    std::this_thread::sleep_for(backoff.Next());
+  }
+}
+
+void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
+  LOG(INFO) << "running job " << assignment.job_id() << " attempt " << assignment.attempt()
+            << " (rank " << assignment.rank() << " of " << assignment.world_size() << ")";
+  v1::FinishRequest finish;
+  finish.set_job_id(assignment.job_id());
+  finish.set_attempt(assignment.attempt());
+  finish.set_rank(assignment.rank());
+
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec(assignment.spec_yaml(), absl::StrCat("job ", assignment.job_id()));
+  if (!spec.ok()) {
+    finish.set_outcome(v1::OUTCOME_FAILED);
+    finish.set_failure_class(ClassifyFailure(spec.status()));
+    finish.set_message(std::string(spec.status().message()));
+    SendFinish(finish);
+    return;
+  }
+  // The worker's capacity is the allocator budget unless the job asks for less.
+  if (spec->resources.memory_bytes <= 0 || spec->resources.memory_bytes > options_.memory_bytes) {
+    spec->resources.memory_bytes = options_.memory_bytes;
+  }
+
+  ProgressReporter reporter([this, &assignment](const ProgressUpdate& update) {
+    return SendProgress(assignment, update);
+  });
+  Observer observer(this, assignment, &reporter);
+  TrainOptions train_options;
+  train_options.base_dir = options_.work_dir;
+  train_options.resume = true;
+  current_bytes_ = 0;
+  peak_bytes_ = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    running_job_ = assignment.job_id();
+    running_attempt_ = assignment.attempt();
+    running_stopped_ = false;
+  }
+  const absl::StatusOr<TrainSummary> summary = RunTraining(*spec, train_options, &observer);
+  bool superseded = false;
+  {
+    absl::MutexLock lock(&mu_);
+    superseded = running_stopped_;
+    running_job_.clear();
+    running_attempt_ = -1;
+    running_stopped_ = false;
+  }
+  current_bytes_ = 0;
+  metrics_->SetMemory(0, peak_bytes_);
+
+  // Deliver the last progress and checkpoint notice before anything else.
+  if (!reporter.Flush(stopping() ? absl::Seconds(5) : absl::Seconds(60)) && !reporter.aborted()) {
+    LOG(WARNING) << "job " << assignment.job_id()
+                 << ": last progress not delivered: " << reporter.last_error().message();
+  }
+  if (reporter.aborted() || superseded) {
+    LOG(WARNING) << "job " << assignment.job_id() << " attempt " << assignment.attempt()
+                 << " is over at the coordinator; dropped it";
+    return;
+  }
+  if (summary.ok() && summary->stopped_early && !reporter.cancel_requested()) {
+    // The worker is shutting down. Reporting an outcome now would free this worker in
+    // the scheduler, which would hand the retry straight back to it; instead the
+    // attempt is left to the lease, whose expiry retries it (LOST_WORKER) elsewhere
+    // from the checkpoint just written and reported.
+    LOG(WARNING) << "job " << assignment.job_id() << " attempt " << assignment.attempt()
+                 << " stopped after step " << summary->last_step << " (checkpoint "
+                 << summary->last_checkpoint << ") because this worker is shutting down; "
+                 << "the coordinator retries it elsewhere when the lease expires";
+    return;
+  }
+  if (!summary.ok()) {
+    LOG(WARNING) << "job " << assignment.job_id() << " failed: " << summary.status();
+    finish.set_outcome(v1::OUTCOME_FAILED);
+    finish.set_failure_class(ClassifyFailure(summary.status()));
+    finish.set_message(std::string(summary.status().message()));
+  } else if (summary->stopped_early) {
+    finish.set_outcome(v1::OUTCOME_CANCELLED);
+    finish.set_message(absl::StrCat("stopped after step ", summary->last_step));
+  } else {
+    finish.set_outcome(v1::OUTCOME_SUCCEEDED);
+    finish.set_message(
+        absl::StrCat("finished at step ", summary->last_step, ", loss ", summary->final_loss));
+  }
+  LOG(INFO) << "job " << assignment.job_id() << ": " << v1::Outcome_Name(finish.outcome()) << " ("
+            << finish.message() << ")";
+  SendFinish(finish);
+}
+
+}  // namespace sbp

@@ -1,0 +1,110 @@
+// The worker side of the control plane: registers with the coordinator
+// (device, memory capacity, version), renews its lease with heartbeats on its
+// own thread, long-polls for assignments and runs each one with the trainer
+// (exactly what `sbp train` runs), reporting progress every step and the
+// outcome at the end. It rides out coordinator restarts: failed calls are
+// retried with capped exponential backoff, a coordinator that forgot the
+// worker gets it re-registered under its old id, and training continues
+// while progress waits to be re-sent.
+//
+// Cancellation (cancel_requested in a progress answer) and Stop() both end a
+// run after its current step, with a checkpoint. A cancelled run finishes as
+// CANCELLED. A run interrupted by Stop() (the worker shutting down) reports its
+// last progress and checkpoint but no outcome: the protocol has no way to say
+// "this worker is leaving", and an outcome would make the scheduler hand the
+// retry straight back to this worker. The coordinator retries the attempt
+// (LOST_WORKER) on another worker from that checkpoint once the lease expires. A run the
+// coordinator has given up on (ABORTED progress, or listed in a heartbeat's stop_attempts) stops
+// the same way, without an outcome.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/dtype.h"
+#include "streambp/v1/workers.grpc.pb.h"
+#include "worker/agent/worker_metrics.h"
+
+namespace sbp {
+
+struct ProgressUpdate;
+
+struct AgentOptions {
+  std::string coordinator;  // "host:port"
+  std::string token;        // worker bearer token; "" sends none
+  std::string name;         // shown by `sbp workers`; "" = hostname-pid
+  DeviceKind device = DeviceKind::kCpu;
+  int64_t memory_bytes = 0;    // capacity advertised and allocator budget enforced
+  std::string work_dir = ".";  // relative paths of job specs resolve here
+  std::string metrics_listen;  // "host:port" for /metrics; "" = none
+  std::string tls_ca_path;     // PEM roots for TLS to the coordinator; "" = plaintext
+  int compute_threads = 0;     // OpenMP threads for training; 0 = the runtime's default
+};
+
+class WorkerAgent {
+ public:
+  // Validates the options, opens the channel and the metrics endpoint.
+  static absl::StatusOr<std::unique_ptr<WorkerAgent>> Create(AgentOptions options);
+  ~WorkerAgent();
+  WorkerAgent(const WorkerAgent&) = delete;
+  WorkerAgent& operator=(const WorkerAgent&) = delete;
+
+  // Serves assignments until Stop(). Returns an error only when the
+  // coordinator rejects the worker for good (bad token, invalid registration).
+  absl::Status Run();
+  // Thread-safe; ends Run() after the current step of a running job.
+  void Stop();
+
+  std::string worker_id() const;
+  std::string metrics_address() const { return metrics_->address(); }
+  const AgentOptions& options() const { return options_; }
+
+ private:
+  class Observer;
+  explicit WorkerAgent(AgentOptions options);
+
+  bool stopping() const { return stopping_.load(); }
+  bool RunningAttemptStopped() const;
+  // Waits up to `duration` or until Stop().
+  void SleepFor(std::chrono::milliseconds duration);
+
+  // Registers (again, under the old id) unless registered. Errors that
+  // retrying cannot fix are returned as is; others are UNAVAILABLE.
+  absl::Status EnsureRegistered();
+  void HeartbeatLoop();
+  absl::StatusOr<std::optional<streambp::v1::Assignment>> PollAssignment();
+  void RunAssignment(const streambp::v1::Assignment& assignment);
+  absl::StatusOr<bool> SendProgress(const streambp::v1::Assignment& assignment,
+                                    const ProgressUpdate& update);
+  void SendFinish(const streambp::v1::FinishRequest& request);
+
+  AgentOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<streambp::v1::WorkerService::Stub> stub_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> current_bytes_{0};
+  std::atomic<int64_t> peak_bytes_{0};
+
+  mutable absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  int heartbeat_seconds_ ABSL_GUARDED_BY(mu_) = 5;
+  grpc::ClientContext* poll_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The attempt being trained, and whether a heartbeat said it is over.
+  std::string running_job_ ABSL_GUARDED_BY(mu_);
+  int running_attempt_ ABSL_GUARDED_BY(mu_) = -1;
+  bool running_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex register_mu_;  // one Register call at a time (main and heartbeat threads)
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace sbp

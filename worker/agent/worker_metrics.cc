@@ -1,0 +1,119 @@
+#include "worker/agent/worker_metrics.h"
+
+#include <exception>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace sbp {
+namespace {
+
+// "host:port" -> host, for reporting the bound port of "host:0".
+std::string HostOf(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  return colon == std::string::npos ? listen : listen.substr(0, colon);
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  auto& memory_peak = prometheus::BuildGauge()
+                          .Name("sbp_worker_memory_peak_bytes")
+                          .Help("Allocator peak of the worker's current or last run")
+                          .Register(*registry_);
+  auto& memory_current = prometheus::BuildGauge()
+                             .Name("sbp_worker_memory_current_bytes")
+                             .Help("Allocator bytes in use by the current run")
+                             .Register(*registry_);
+  auto& memory_capacity = prometheus::BuildGauge()
+                              .Name("sbp_worker_memory_capacity_bytes")
+                              .Help("Memory the worker advertises and enforces as a budget")
+                              .Register(*registry_);
+  memory_peak_ = &memory_peak.Add({});
+  memory_current_ = &memory_current.Add({});
+  memory_capacity_ = &memory_capacity.Add({});
+  tokens_total_ = &prometheus::BuildCounter()
+                       .Name("sbp_train_tokens_total")
+                       .Help("Tokens trained on by this worker")
+                       .Register(*registry_);
+  tokens_per_second_ = &prometheus::BuildGauge()
+                            .Name("sbp_train_tokens_per_second")
+                            .Help("Throughput of the latest step")
+                            .Register(*registry_);
+  step_seconds_ = &prometheus::BuildHistogram()
+                       .Name("sbp_train_step_seconds")
+                       .Help("Wall time of one optimizer step")
+                       .Register(*registry_);
+  loss_ = &prometheus::BuildGauge()
+               .Name("sbp_train_loss")
+               .Help("Loss of the latest step")
+               .Register(*registry_);
+  mfu_ = &prometheus::BuildGauge()
+              .Name("sbp_train_mfu_ratio")
+              .Help("Model FLOP utilisation of the latest step (0..1)")
+              .Register(*registry_);
+  step_ = &prometheus::BuildGauge()
+               .Name("sbp_train_step")
+               .Help("Latest completed optimizer step")
+               .Register(*registry_);
+}
+
+WorkerMetrics::~WorkerMetrics() { exposer_.reset(); }
+
+absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::string& listen,
+                                                                     int64_t capacity_bytes) {
+  std::unique_ptr<WorkerMetrics> metrics(new WorkerMetrics());
+  metrics->memory_capacity_->Set(static_cast<double>(capacity_bytes));
+  if (listen.empty()) return metrics;
+  try {
+    metrics->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-listen ", listen, ": cannot listen (", e.what(), ")"));
+  }
+  metrics->exposer_->RegisterCollectable(metrics->registry_);
+  const std::vector<int> ports = metrics->exposer_->GetListeningPorts();
+  metrics->address_ = ports.empty() ? listen : absl::StrCat(HostOf(listen), ":", ports.front());
+  return metrics;
+}
+
+void WorkerMetrics::SetMemory(int64_t current_bytes, int64_t peak_bytes) {
+  memory_current_->Set(static_cast<double>(current_bytes));
+  memory_peak_->Set(static_cast<double>(peak_bytes));
+}
+
+void WorkerMetrics::SwitchJob(const std::string& job_id) {
+  if (job_id == job_) return;
+  if (!job_.empty()) {
+    tokens_total_->Remove(series_.tokens_total);
+    tokens_per_second_->Remove(series_.tokens_per_second);
+    step_seconds_->Remove(series_.step_seconds);
+    loss_->Remove(series_.loss);
+    mfu_->Remove(series_.mfu);
+    step_->Remove(series_.step);
+  }
+  job_ = job_id;
+  const prometheus::Labels labels = {{"job", job_id}};
+  series_.tokens_total = &tokens_total_->Add(labels);
+  series_.tokens_per_second = &tokens_per_second_->Add(labels);
+  series_.step_seconds = &step_seconds_->Add(
+      labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                                                      10, 25, 60, 120, 300});
+  series_.loss = &loss_->Add(labels);
+  series_.mfu = &mfu_->Add(labels);
+  series_.step = &step_->Add(labels);
+}
+
+void WorkerMetrics::OnStep(const std::string& job_id, const StepReport& report) {
+  absl::MutexLock lock(&mu_);
+  SwitchJob(job_id);
+  series_.tokens_total->Increment(static_cast<double>(report.tokens));
+  series_.tokens_per_second->Set(report.tokens_per_second);
+  series_.step_seconds->Observe(report.step_seconds);
+  series_.loss->Set(report.loss);
+  series_.mfu->Set(report.mfu);
+  series_.step->Set(static_cast<double>(report.step));
+  SetMemory(report.current_bytes, report.peak_bytes);
+}
+
+}  // namespace sbp

@@ -1,0 +1,67 @@
+// The worker's Prometheus metrics (DESIGN.md §4), served at
+// http://<listen>/metrics. Training series carry a `job` label; only the
+// current (or last) job's series are kept, so the label stays bounded.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "worker/train/trainer.h"
+
+namespace sbp {
+
+class WorkerMetrics {
+ public:
+  // `listen` "host:port" ("host:0" picks a free port); "" keeps the metrics
+  // in memory only. Fails when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<WorkerMetrics>> Create(const std::string& listen,
+                                                               int64_t capacity_bytes);
+  ~WorkerMetrics();
+
+  // "host:port" actually bound; "" without an endpoint.
+  std::string address() const { return address_; }
+  prometheus::Registry& registry() { return *registry_; }
+
+  void SetMemory(int64_t current_bytes, int64_t peak_bytes);
+  void OnStep(const std::string& job_id, const StepReport& report);
+
+ private:
+  WorkerMetrics();
+  void SwitchJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string address_;
+
+  prometheus::Gauge* memory_peak_;
+  prometheus::Gauge* memory_current_;
+  prometheus::Gauge* memory_capacity_;
+  prometheus::Family<prometheus::Counter>* tokens_total_;
+  prometheus::Family<prometheus::Gauge>* tokens_per_second_;
+  prometheus::Family<prometheus::Histogram>* step_seconds_;
+  prometheus::Family<prometheus::Gauge>* loss_;
+  prometheus::Family<prometheus::Gauge>* mfu_;
+  prometheus::Family<prometheus::Gauge>* step_;
+
+  absl::Mutex mu_;
+  std::string job_ ABSL_GUARDED_BY(mu_);
+  struct JobSeries {
+    prometheus::Counter* tokens_total = nullptr;
+    prometheus::Gauge* tokens_per_second = nullptr;
+    prometheus::Histogram* step_seconds = nullptr;
+    prometheus::Gauge* loss = nullptr;
+    prometheus::Gauge* mfu = nullptr;
+    prometheus::Gauge* step = nullptr;
+  } series_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sbp

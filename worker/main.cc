@@ -1,0 +1,181 @@
+// sbp-worker: registers this machine with a coordinator and runs the training
+// jobs it is assigned until SIGTERM/SIGINT.
+//
+// On SIGTERM/SIGINT a running job finishes its current step, writes a
+// checkpoint and reports it; the process then exits 0 without reporting an
+// outcome, so when the worker's lease expires the coordinator retries the job
+// (LOST_WORKER) on another worker from that checkpoint, recomputing nothing.
+// A second signal exits at once. Exit codes: 0 clean stop, 1 the
+// coordinator rejected the worker (e.g. a bad token), 2 bad flags.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/byte_size.h"
+#include "common/version.h"
+#include "kernels/device_info.h"
+#include "worker/agent/system_info.h"
+#include "worker/agent/worker_agent.h"
+#include "worker/model/file_util.h"
+
+namespace sbp {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+struct Flags {
+  std::string coordinator = "127.0.0.1:7700";
+  std::string device = "cpu";
+  std::string memory;
+  std::string work_dir = ".";
+  std::string metrics_listen;
+  std::string token_file;
+  std::string name;
+  std::string tls_ca;
+  int threads = 0;
+};
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "sbp-worker: %s\n", message.c_str());
+  return code;
+}
+
+// "cpu" or "cuda:N" -> the device kind; errors name the flag.
+absl::StatusOr<DeviceKind> ParseDevice(const std::string& text) {
+  if (text == "cpu") return DeviceKind::kCpu;
+  absl::string_view rest = text;
+  int index = 0;
+  if (!absl::ConsumePrefix(&rest, "cuda") ||
+      !(rest.empty() ||
+        (absl::ConsumePrefix(&rest, ":") && absl::SimpleAtoi(rest, &index) && index >= 0))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: expected cpu or cuda:N (got ", text, ")"));
+  }
+  if (!kCudaCompiled) {
+    return absl::InvalidArgumentError("--device: this build has no CUDA backend; use --device cpu");
+  }
+  if (index >= CudaDeviceCount()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: no CUDA device ", index, " (", CudaDeviceCount(), " visible)"));
+  }
+  return DeviceKind::kCuda;
+}
+
+absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
+  AgentOptions options;
+  options.coordinator = flags.coordinator;
+  options.name = flags.name.empty() ? DefaultWorkerName() : flags.name;
+  options.work_dir = flags.work_dir;
+  options.metrics_listen = flags.metrics_listen;
+  options.tls_ca_path = flags.tls_ca;
+  if (flags.threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
+  options.compute_threads = flags.threads;
+  auto device = ParseDevice(flags.device);
+  if (!device.ok()) return device.status();
+  options.device = *device;
+  if (flags.memory.empty()) {
+    options.memory_bytes = PhysicalMemoryBytes();
+  } else {
+    auto bytes = ParseByteSize(flags.memory);
+    if (!bytes.ok() || *bytes <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--memory: expected a positive size like 8GiB (got ", flags.memory, ")"));
+    }
+    options.memory_bytes = *bytes;
+  }
+  if (!flags.token_file.empty()) {
+    auto token = ReadFileToString(flags.token_file);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--token-file: ", token.status().message()));
+    }
+    options.token = std::string(absl::StripAsciiWhitespace(*token));
+  } else if (const char* env = std::getenv("SBP_TOKEN"); env != nullptr) {
+    options.token = std::string(absl::StripAsciiWhitespace(env));
+  }
+  return options;
+}
+
+// Waits for SIGTERM/SIGINT (blocked in every thread) and stops the agent; a
+// second signal ends the process at once.
+void WatchSignals(WorkerAgent* agent) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int signal = 0;
+  if (sigwait(&set, &signal) != 0) return;
+  std::fprintf(stderr, "sbp-worker: %s received, stopping after the current step\n",
+               strsignal(signal));
+  agent->Stop();
+  if (sigwait(&set, &signal) == 0) std::_Exit(kExitFailed);
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"sbp-worker: runs StreamBP training jobs for a coordinator"};
+  app.set_version_flag("--version", [] {
+    return std::string("sbp-worker ") + kVersion + "\n" + CudaSupportSummary();
+  });
+  Flags flags;
+  app.add_option("--coordinator", flags.coordinator, "coordinator address host:port")
+      ->envname("SBP_COORDINATOR")
+      ->capture_default_str();
+  app.add_option("--device", flags.device, "cpu or cuda:N")->capture_default_str();
+  app.add_option("--memory", flags.memory,
+                 "memory to advertise and enforce as the budget, e.g. 8GiB "
+                 "(default: the machine's physical memory)");
+  app.add_option("--work-dir", flags.work_dir, "relative paths in job specs resolve here")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", flags.metrics_listen, "serve /metrics on host:port");
+  app.add_option("--token-file", flags.token_file,
+                 "file with the worker bearer token (default: $SBP_TOKEN)");
+  app.add_option("--name", flags.name, "name shown by `sbp workers` (default: hostname-pid)");
+  app.add_option("--tls-ca", flags.tls_ca, "PEM roots: connect with TLS");
+  app.add_option("--threads", flags.threads,
+                 "training threads (default: OMP_NUM_THREADS or one per core)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  absl::StatusOr<AgentOptions> options = BuildOptions(flags);
+  if (!options.ok()) return Fail(kExitUsage, std::string(options.status().message()));
+
+  // Signals are taken by one thread with sigwait; every thread started later inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto agent = WorkerAgent::Create(*options);
+  if (!agent.ok()) return Fail(kExitUsage, std::string(agent.status().message()));
+  std::thread(WatchSignals, agent->get()).detach();
+  std::fprintf(
+      stderr, "sbp-worker %s: %s, %s, coordinator %s%s%s\n", kVersion, options->name.c_str(),
+      FormatByteSize(options->memory_bytes).c_str(), options->coordinator.c_str(),
+      (*agent)->metrics_address().empty() ? "" : ", metrics ", (*agent)->metrics_address().c_str());
+  const absl::Status status = (*agent)->Run();
+  if (!status.ok()) return Fail(kExitFailed, std::string(status.message()));
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace sbp
+
+int main(int argc, char** argv) { return sbp::Main(argc, argv); }
