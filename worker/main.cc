@@ -25,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "common/byte_size.h"
 #include "common/version.h"
+#include "kernels/cpu/openblas_core.h"
 #include "kernels/device_info.h"
 #include "worker/agent/system_info.h"
 #include "worker/agent/worker_agent.h"
@@ -178,4 +179,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace sbp
 
-int main(int argc, char** argv) { return sbp::Main(argc, argv); }
+int main(int argc, char** argv) {
+  sbp::cpu::EnsureFastOpenBlasCore(argv);
+  return sbp::Main(argc, argv);
+}
