@@ -65,15 +65,10 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::
   std::unique_ptr<WorkerMetrics> metrics(new WorkerMetrics());
   metrics->memory_capacity_->Set(static_cast<double>(capacity_bytes));
   if (listen.empty()) return metrics;
-  try {
-    metrics->exposer_ = std::make_unique<prometheus::Exposer>(listen, 1);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--metrics-listen ", listen, ": cannot listen (", e.what(), ")"));
-  }
-  metrics->exposer_->RegisterCollectable(metrics->registry_);
-  const std::vector<int> ports = metrics->exposer_->GetListeningPorts();
-  metrics->address_ = ports.empty() ? listen : absl::StrCat(HostOf(listen), ":", ports.front());
+  auto server = MetricsHttpServer::Start(listen, metrics->registry_);
+  if (!server.ok()) return server.status();
+  metrics->exposer_ = *std::move(server);
+  metrics->address_ = absl::StrCat(HostOf(listen), ":", metrics->exposer_->port());
   return metrics;
 }
 

@@ -10,11 +10,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "worker/agent/metrics_http_server.h"
 #include "worker/train/trainer.h"
 
 namespace sbp {
@@ -39,7 +39,7 @@ class WorkerMetrics {
   void SwitchJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> exposer_;
   std::string address_;
 
   prometheus::Gauge* memory_peak_;
