@@ -51,26 +51,27 @@ void CoordinatorClient::Prepare(grpc::ClientContext& context, milliseconds timeo
   PrepareContext(context, token_, timeout);
 }
 
+template <typename Response, typename Request, typename Method>
+absl::StatusOr<Response> CoordinatorClient::Unary(Method method, const Request& request) {
+  grpc::ClientContext context;
+  Prepare(context, kCallTimeout);
+  Response response;
+  RETURN_IF_ERROR(FromGrpcStatus((stub_.get()->*method)(&context, request, &response)));
+  return response;
+}
+
 absl::StatusOr<v1::SubmitJobResponse> CoordinatorClient::Submit(const std::string& spec_yaml,
                                                                 const std::string& request_id) {
   v1::SubmitJobRequest request;
   request.set_spec_yaml(spec_yaml);
   request.set_request_id(request_id);
-  grpc::ClientContext context;
-  Prepare(context, kCallTimeout);
-  v1::SubmitJobResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->Submit(&context, request, &response)));
-  return response;
+  return Unary<v1::SubmitJobResponse>(&v1::JobService::Stub::Submit, request);
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::Get(const std::string& id) {
   v1::GetJobRequest request;
   request.set_id(id);
-  grpc::ClientContext context;
-  Prepare(context, kCallTimeout);
-  v1::Job response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->Get(&context, request, &response)));
-  return response;
+  return Unary<v1::Job>(&v1::JobService::Stub::Get, request);
 }
 
 absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::List(
@@ -83,10 +84,8 @@ absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::List(
     const int left = limit > 0 ? limit - all.jobs_size() : 100;
     request.set_page_size(std::min(left, 100));
     request.set_page_token(token);
-    grpc::ClientContext context;
-    Prepare(context, kCallTimeout);
-    v1::ListJobsResponse page;
-    RETURN_IF_ERROR(FromGrpcStatus(stub_->List(&context, request, &page)));
+    ASSIGN_OR_RETURN(v1::ListJobsResponse page,
+                     Unary<v1::ListJobsResponse>(&v1::JobService::Stub::List, request));
     for (v1::Job& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
     token = page.next_page_token();
   } while (!token.empty() && (limit <= 0 || all.jobs_size() < limit));
@@ -99,11 +98,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::Cancel(const std::string& id,
   v1::CancelJobRequest request;
   request.set_id(id);
   request.set_reason(reason);
-  grpc::ClientContext context;
-  Prepare(context, kCallTimeout);
-  v1::Job response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->Cancel(&context, request, &response)));
-  return response;
+  return Unary<v1::Job>(&v1::JobService::Stub::Cancel, request);
 }
 
 absl::StatusOr<v1::JobEventsResponse> CoordinatorClient::Events(const std::string& id,
@@ -111,20 +106,12 @@ absl::StatusOr<v1::JobEventsResponse> CoordinatorClient::Events(const std::strin
   v1::JobEventsRequest request;
   request.set_id(id);
   request.set_after_sequence(after_sequence);
-  grpc::ClientContext context;
-  Prepare(context, kCallTimeout);
-  v1::JobEventsResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(stub_->Events(&context, request, &response)));
-  return response;
+  return Unary<v1::JobEventsResponse>(&v1::JobService::Stub::Events, request);
 }
 
 absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {
-  grpc::ClientContext context;
-  Prepare(context, kCallTimeout);
-  v1::ListWorkersResponse response;
-  RETURN_IF_ERROR(
-      FromGrpcStatus(stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response)));
-  return response;
+  return Unary<v1::ListWorkersResponse>(&v1::JobService::Stub::ListWorkers,
+                                        v1::ListWorkersRequest());
 }
 
 absl::Status CoordinatorClient::Watch(const std::string& id,

@@ -53,6 +53,9 @@ class CoordinatorClient {
                     std::unique_ptr<streambp::v1::JobService::Stub> stub)
       : address_(std::move(address)), token_(std::move(token)), stub_(std::move(stub)) {}
   void Prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const;
+  // One unary call of the stub with the token and the default deadline.
+  template <typename Response, typename Request, typename Method>
+  absl::StatusOr<Response> Unary(Method method, const Request& request);
 
   std::string address_;
   std::string token_;
