@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "tests/testing/free_port.h"
 
 extern char** environ;
 
@@ -106,18 +107,7 @@ inline std::string WaitForAddress(const std::string& log_path, const std::string
   return "";
 }
 
-inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using ::sbp::testing::FreePort;
 
 // GET http://`host_port``path`; the body, or nullopt on any failure.
 inline std::optional<std::string> HttpGet(const std::string& host_port, const std::string& path) {
