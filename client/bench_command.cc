@@ -37,17 +37,16 @@ struct BenchOptions {
 absl::Status RunBench(const BenchOptions& o) {
   CpuAllocator allocator;
   CpuBackend backend(allocator);
-  ModelWeights loaded;
+  ParameterStore weights;
   if (!o.model.empty()) {
-    ASSIGN_OR_RETURN(loaded, LoadModelDirectory(o.model, allocator));
+    ASSIGN_OR_RETURN(weights, ParameterStore::Load(o.model, allocator, "weights"));
   } else {
-    ASSIGN_OR_RETURN(ModelConfig config, PresetConfig(o.preset));
-    ASSIGN_OR_RETURN(loaded, InitModelWeights(config, o.seed, allocator));
+    ASSIGN_OR_RETURN(ModelConfig preset, PresetConfig(o.preset));
+    CpuAllocator staging;
+    ASSIGN_OR_RETURN(ModelWeights fresh, InitModelWeights(preset, o.seed, staging));
+    ASSIGN_OR_RETURN(weights, ParameterStore::FromWeights(fresh, allocator, "weights"));
   }
-  const ModelConfig config = loaded.config;
-  ASSIGN_OR_RETURN(ParameterStore weights, ParameterStore::Create(config, allocator, "weights"));
-  RETURN_IF_ERROR(CopyIntoStore(loaded.params, weights));
-  loaded = ModelWeights();
+  const ModelConfig config = weights.config();
   ASSIGN_OR_RETURN(ParameterStore grads, ParameterStore::Create(config, allocator, "gradients"));
   const int64_t fixed_bytes = allocator.current_bytes();
 

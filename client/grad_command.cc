@@ -32,12 +32,9 @@ absl::Status RunGrad(const GradOptions& o) {
   ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(o.mode));
   CpuAllocator allocator;
   CpuBackend backend(allocator);
-  ASSIGN_OR_RETURN(ModelWeights loaded, LoadModelDirectory(o.model, allocator));
-  const ModelConfig config = loaded.config;
+  ASSIGN_OR_RETURN(ParameterStore weights, ParameterStore::Load(o.model, allocator, "weights"));
+  const ModelConfig config = weights.config();
   ASSIGN_OR_RETURN(std::vector<TokenSequence> batch, LoadSftJsonl(o.data, config.vocab_size));
-  ASSIGN_OR_RETURN(ParameterStore weights, ParameterStore::Create(config, allocator, "weights"));
-  RETURN_IF_ERROR(CopyIntoStore(loaded.params, weights));
-  loaded = ModelWeights();  // the store holds the only copy from here on
   ASSIGN_OR_RETURN(ParameterStore grads, ParameterStore::Create(config, allocator, "gradients"));
   Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
   ModelTensors w = BindModelTensors(weights);

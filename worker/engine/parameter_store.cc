@@ -49,6 +49,21 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(const ModelConfig& config,
   return store;
 }
 
+absl::StatusOr<ParameterStore> ParameterStore::FromWeights(const ModelWeights& weights,
+                                                           Allocator& allocator,
+                                                           absl::string_view what) {
+  ASSIGN_OR_RETURN(ParameterStore store, Create(weights.config, allocator, what));
+  RETURN_IF_ERROR(CopyIntoStore(weights.params, store));
+  return store;
+}
+
+absl::StatusOr<ParameterStore> ParameterStore::Load(const std::string& dir, Allocator& allocator,
+                                                    absl::string_view what) {
+  CpuAllocator staging;
+  ASSIGN_OR_RETURN(ModelWeights weights, LoadModelDirectory(dir, staging));
+  return FromWeights(weights, allocator, what);
+}
+
 absl::StatusOr<Tensor> ParameterStore::Find(absl::string_view name) const {
   auto it = index_.find(name);
   if (it == index_.end() && config_.tie_word_embeddings && name == "lm_head.weight") {

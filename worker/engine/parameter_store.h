@@ -18,6 +18,7 @@
 #include "kernels/allocator.h"
 #include "kernels/tensor.h"
 #include "worker/model/model_config.h"
+#include "worker/model/model_io.h"
 
 namespace sbp {
 
@@ -36,6 +37,14 @@ class ParameterStore {
   // the allocations ("weights", "gradients").
   static absl::StatusOr<ParameterStore> Create(const ModelConfig& config, Allocator& allocator,
                                                absl::string_view what, int64_t pad_multiple = 1);
+
+  // A store holding a copy of `weights`' parameters.
+  static absl::StatusOr<ParameterStore> FromWeights(const ModelWeights& weights,
+                                                    Allocator& allocator, absl::string_view what);
+  // Reads a model directory through a temporary host allocator, so that only
+  // the store is charged to `allocator`.
+  static absl::StatusOr<ParameterStore> Load(const std::string& dir, Allocator& allocator,
+                                             absl::string_view what);
 
   const ModelConfig& config() const { return config_; }
   std::vector<ParameterGroup>& groups() { return groups_; }

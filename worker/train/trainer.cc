@@ -53,17 +53,14 @@ absl::StatusOr<std::unique_ptr<std::ofstream>> OpenMetrics(const std::string& pa
 
 absl::StatusOr<ParameterStore> LoadStore(const std::string& dir, const ModelConfig* expected,
                                          Allocator& allocator, const std::string& what) {
-  CpuAllocator staging;
-  ASSIGN_OR_RETURN(ModelWeights model, LoadModelDirectory(dir, staging));
-  if (expected != nullptr &&
-      (model.config.vocab_size != expected->vocab_size ||
-       model.config.hidden_size != expected->hidden_size ||
-       model.config.num_hidden_layers != expected->num_hidden_layers)) {
+  ASSIGN_OR_RETURN(ParameterStore store, ParameterStore::Load(dir, allocator, what));
+  const ModelConfig& config = store.config();
+  if (expected != nullptr && (config.vocab_size != expected->vocab_size ||
+                              config.hidden_size != expected->hidden_size ||
+                              config.num_hidden_layers != expected->num_hidden_layers)) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " model '", dir, "' does not have the policy model's shape"));
   }
-  ASSIGN_OR_RETURN(ParameterStore store, ParameterStore::Create(model.config, allocator, what));
-  RETURN_IF_ERROR(CopyIntoStore(model.params, store));
   return store;
 }
 

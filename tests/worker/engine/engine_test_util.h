@@ -28,10 +28,9 @@ struct TestModel {
     backend = std::make_unique<CpuBackend>(allocator);
     auto w = InitModelWeights(config, seed, allocator);
     CHECK_OK(w.status());
-    auto store = ParameterStore::Create(config, allocator, "weights");
+    auto store = ParameterStore::FromWeights(*w, allocator, "weights");
     CHECK_OK(store.status());
     weights = *std::move(store);
-    CHECK_OK(CopyIntoStore(w->params, weights));
   }
 
   // Gradients of the batch loss in `options`' mode, in a fresh store.

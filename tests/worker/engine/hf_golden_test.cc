@@ -61,9 +61,8 @@ TEST_P(HfGoldenTest, LossLogitsAndGradientsMatchTransformers) {
   const nlohmann::json golden = ReadJson(dir + "/golden.json");
   ASSERT_EQ(CountValidTargets(*batch), golden["valid_targets"].get<int64_t>());
 
-  auto weights = ParameterStore::Create(config, allocator, "weights");
-  ASSERT_TRUE(weights.ok());
-  ASSERT_TRUE(CopyIntoStore(loaded->params, *weights).ok());
+  auto weights = ParameterStore::FromWeights(*loaded, allocator, "weights");
+  ASSERT_TRUE(weights.ok()) << weights.status();
   const ModelTensors w = BindModelTensors(*weights);
 
   auto golden_grads = SafetensorsFile::Open(dir + "/grads.safetensors");
