@@ -64,6 +64,7 @@ absl::Status RunBench(const BenchOptions& o) {
   for (const std::string& mode_name : o.modes) {
     ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
     Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
+    const Engine::ChunkPlan plan = engine.PlanChunks(o.seq_len, /*training=*/true);
     grads.Zero();
     ResetPeakRss();
     allocator.ResetPeak();
@@ -79,15 +80,8 @@ absl::Status RunBench(const BenchOptions& o) {
         {"mode", mode_name},
         {"model", o.model.empty() ? o.preset : o.model},
         {"seq_len", o.seq_len},
-        {"chunk_tokens", mode == BackwardMode::kStream
-                             ? (o.chunk_tokens > 0 ? o.chunk_tokens
-                                                   : AutoChunkTokens(config, o.seq_len))
-                             : o.seq_len},
-        {"logits_chunk_tokens",
-         mode == BackwardMode::kStream
-             ? (o.logits_chunk_tokens > 0 ? o.logits_chunk_tokens
-                                          : AutoLogitsChunkTokens(config, o.seq_len))
-             : o.seq_len},
+        {"chunk_tokens", plan.chunk},
+        {"logits_chunk_tokens", plan.logits_chunk},
         {"loss", result.loss},
         {"peak_bytes", allocator.peak_bytes()},
         {"weights_and_grads_bytes", fixed_bytes},

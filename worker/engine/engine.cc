@@ -51,8 +51,8 @@ int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens) {
 Engine::Engine(const ModelConfig& config, Backend& backend, EngineOptions options)
     : config_(config), backend_(backend), options_(options) {}
 
-Engine::Plan Engine::MakePlan(int64_t tokens, bool training) const {
-  Plan plan{tokens, tokens, tokens};
+Engine::ChunkPlan Engine::PlanChunks(int64_t tokens, bool training) const {
+  ChunkPlan plan{tokens, tokens, tokens};
   const bool chunked = !training || options_.mode == BackwardMode::kStream;
   if (chunked) {
     plan.chunk = options_.chunk_tokens > 0 ? std::min(options_.chunk_tokens, tokens)
@@ -114,7 +114,7 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
                                        const Tensor& targets, TokenLoss& loss) {
   CheckSequence(ids, targets);
   Backend& b = backend_;
-  const Plan plan = MakePlan(ids.numel(), /*training=*/false);
+  const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/false);
   const int64_t T = plan.tokens, H = config_.hidden_size;
   DecoderLayer layer(config_, b);
   // Two hidden-state buffers alternate between layer input and output.
@@ -145,7 +145,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
                                                ModelTensors& grads) {
   CheckSequence(ids, targets);
   Backend& b = backend_;
-  const Plan plan = MakePlan(ids.numel(), /*training=*/true);
+  const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/true);
   const int64_t T = plan.tokens, H = config_.hidden_size;
   const int L = static_cast<int>(config_.num_hidden_layers);
   const bool keep_all = options_.mode == BackwardMode::kFull;

@@ -62,14 +62,18 @@ class Engine {
   absl::StatusOr<double> Forward(const ModelTensors& weights, const Tensor& ids,
                                  const Tensor& targets, TokenLoss& loss);
 
+  // Rows per query chunk and per logits chunk for a sequence of `tokens`:
+  // the whole sequence for the baselines' training step, the options (or the
+  // automatic sizes) otherwise, at most `tokens`.
+  struct ChunkPlan {
+    int64_t tokens, chunk, logits_chunk;
+  };
+  ChunkPlan PlanChunks(int64_t tokens, bool training) const;
+
   const EngineOptions& options() const { return options_; }
   const ModelConfig& config() const { return config_; }
 
  private:
-  struct Plan {
-    int64_t tokens, chunk, logits_chunk;
-  };
-  Plan MakePlan(int64_t tokens, bool training) const;
   absl::StatusOr<double> HeadForwardBackward(const ModelTensors& weights, const Tensor& hidden,
                                              const Tensor& targets, TokenLoss& loss,
                                              int64_t logits_chunk, Tensor* d_hidden,
