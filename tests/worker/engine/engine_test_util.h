@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/random.h"
 #include "kernels/tensor_checks.h"
 #include "worker/engine/batch.h"
@@ -66,13 +67,6 @@ inline std::vector<TokenSequence> MakeBatch(const ModelConfig& config,
   return batch;
 }
 
-inline double SumSquares(const Tensor& t) {
-  double s = 0;
-  const float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) s += static_cast<double>(p[i]) * p[i];
-  return s;
-}
-
 // Per-tensor normwise relative error of every gradient against `reference`.
 inline void ExpectGradientsClose(const ParameterStore& actual, const ParameterStore& reference,
                                  double tolerance, const std::string& label) {
@@ -83,7 +77,7 @@ inline void ExpectGradientsClose(const ParameterStore& actual, const ParameterSt
     ASSERT_TRUE(CheckFinite(a[i].second, a[i].first).ok()) << label;
     const double err = RelativeError(a[i].second, r[i].second);
     EXPECT_LE(err, tolerance) << label << ": " << a[i].first;
-    EXPECT_GT(SumSquares(r[i].second), 0.0) << label << ": zero reference gradient for "
+    EXPECT_GT(cpu::SumSquares(r[i].second), 0.0) << label << ": zero reference gradient for "
                                             << a[i].first;
   }
 }

@@ -78,7 +78,7 @@ TEST(Dpo, IdenticalPolicyAndReferenceGiveLog2) {
     EXPECT_LT(s.policy_chosen, 0.0);
   }
   // The gradient at m = 0 is -beta/2N (grad pi_c - grad pi_r): not zero.
-  EXPECT_GT(testing::SumSquares(grads.groups()[0].flat), 0.0);
+  EXPECT_GT(cpu::SumSquares(grads.groups()[0].flat), 0.0);
 }
 
 TEST(Dpo, StreamEqualsFull) {

@@ -258,14 +258,14 @@ TEST(Grpo, EqualRewardsGiveNoPolicyGradient) {
   EXPECT_EQ(result.clipped_tokens, 0);
   EXPECT_NEAR(result.mean_reward(), 1.5, 1e-12);
   for (const ParameterGroup& g : grads.groups()) {
-    EXPECT_EQ(testing::SumSquares(g.flat), 0.0) << g.name;
+    EXPECT_EQ(cpu::SumSquares(g.flat), 0.0) << g.name;
   }
   // With beta > 0 only the KL term remains: non-zero, and its value is the
   // KL mean weighted by the normaliser.
   auto [kl_grads, kl_result] = setup.Gradients(kStream, Options(GrpoLoss::kBnpo, 0.1), batch);
   EXPECT_GT(kl_result.kl_sum, 0.0);
   EXPECT_NEAR(kl_result.loss, 0.1 * kl_result.mean_kl(), 1e-9);
-  EXPECT_GT(testing::SumSquares(kl_grads.groups()[0].flat), 0.0);
+  EXPECT_GT(cpu::SumSquares(kl_grads.groups()[0].flat), 0.0);
 }
 
 TEST(Grpo, ClippedTokensHaveNoGradient) {
@@ -291,7 +291,7 @@ TEST(Grpo, ClippedTokensHaveNoGradient) {
   EXPECT_EQ(result.clipped_tokens, result.completion_tokens);
   EXPECT_EQ(result.clip_fraction(), 1.0);
   for (const ParameterGroup& g : grads.groups()) {
-    EXPECT_EQ(testing::SumSquares(g.flat), 0.0) << g.name;
+    EXPECT_EQ(cpu::SumSquares(g.flat), 0.0) << g.name;
   }
   // Each token contributes -clip(rho) A: (-(1 + eps) a - (1 - eps)(-a)) / 2.
   const double a = 0.5 / (std::sqrt(0.5) + 1e-4);
@@ -303,7 +303,7 @@ TEST(Grpo, ClippedTokensHaveNoGradient) {
   auto [active, active_result] =
       setup.Gradients(kStream, Options(GrpoLoss::kGrpo, 0.0, eps), {group});
   EXPECT_EQ(active_result.clipped_tokens, 0);
-  EXPECT_GT(testing::SumSquares(active.groups()[0].flat), 0.0);
+  EXPECT_GT(cpu::SumSquares(active.groups()[0].flat), 0.0);
 }
 
 TEST(Grpo, NormalisersScaleAsDocumented) {
