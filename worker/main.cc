@@ -48,6 +48,8 @@ struct Flags {
   std::string name;
   std::string tls_ca;
   int threads = 0;
+  std::string collective_host = "127.0.0.1";
+  double collective_timeout_seconds = 60;
 };
 
 int Fail(int code, const std::string& message) {
@@ -85,6 +87,15 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
   options.tls_ca_path = flags.tls_ca;
   if (flags.threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
   options.compute_threads = flags.threads;
+  if (flags.collective_host.empty()) {
+    return absl::InvalidArgumentError("--collective-host: must name this host's address");
+  }
+  options.collective_host = flags.collective_host;
+  if (!(flags.collective_timeout_seconds > 0)) {
+    return absl::InvalidArgumentError("--collective-timeout: must be a positive number of seconds");
+  }
+  options.collective_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.collective_timeout_seconds * 1000));
   auto device = ParseDevice(flags.device);
   if (!device.ok()) return device.status();
   options.device = *device;
@@ -147,6 +158,14 @@ int Main(int argc, char** argv) {
   app.add_option("--tls-ca", flags.tls_ca, "PEM roots: connect with TLS");
   app.add_option("--threads", flags.threads,
                  "training threads (default: OMP_NUM_THREADS or one per core)");
+  app.add_option("--collective-host", flags.collective_host,
+                 "address the other ranks of a multi-worker job reach this worker at "
+                 "(e.g. the pod IP)")
+      ->envname("SBP_COLLECTIVE_HOST")
+      ->capture_default_str();
+  app.add_option("--collective-timeout", flags.collective_timeout_seconds,
+                 "seconds a collective may wait for a peer before the attempt fails")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -17,7 +17,9 @@
 #include "worker/agent/failure.h"
 #include "worker/agent/progress_convert.h"
 #include "worker/agent/progress_reporter.h"
+#include "worker/agent/rendezvous_store.h"
 #include "worker/agent/system_info.h"
+#include "worker/dist/gloo_communicator.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/trainer.h"
 
@@ -418,6 +420,26 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   TrainOptions train_options;
   train_options.base_dir = options_.work_dir;
   train_options.resume = true;
+  if (assignment.world_size() > 1) {
+    // Ranks meet through the coordinator's key-value service, in a scope of
+    // this attempt, so that a retry never meets a stale rank.
+    train_options.connect =
+        [this, &assignment](Allocator& allocator) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      CoordinatorRendezvousStore store(std::shared_ptr<v1::RendezvousService::StubInterface>(
+                                           v1::RendezvousService::NewStub(channel_)),
+                                       options_.token, assignment.rendezvous_scope(),
+                                       options_.collective_timeout);
+      GlooOptions gloo;
+      gloo.rank = assignment.rank();
+      gloo.world_size = assignment.world_size();
+      gloo.host = options_.collective_host;
+      gloo.timeout = options_.collective_timeout;
+      gloo.scratch_allocator = &allocator;
+      ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> comm,
+                       GlooCommunicator::Connect(store, gloo));
+      return std::unique_ptr<Communicator>(std::move(comm));
+    };
+  }
   current_bytes_ = 0;
   peak_bytes_ = 0;
   {

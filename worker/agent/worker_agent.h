@@ -46,6 +46,11 @@ struct AgentOptions {
   std::string metrics_listen;  // "host:port" for /metrics; "" = none
   std::string tls_ca_path;     // PEM roots for TLS to the coordinator; "" = plaintext
   int compute_threads = 0;     // OpenMP threads for training; 0 = the runtime's default
+  // Multi-worker jobs: the address this worker's collectives listen on, as
+  // the other ranks reach it, and the bound on every collective (a dead peer
+  // fails the attempt within it).
+  std::string collective_host = "127.0.0.1";
+  std::chrono::milliseconds collective_timeout = std::chrono::seconds(60);
 };
 
 class WorkerAgent {

@@ -185,15 +185,23 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   }
 
   // LM head: loss and dL/d(final hidden), chunk by chunk, into d_hidden.
+  const int final_group = L + 1;
+  if (sink_ != nullptr) {
+    RETURN_IF_ERROR(sink_->BeginPass());
+    RETURN_IF_ERROR(sink_->Acquire(final_group, grads));
+    if (config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
+  }
   ASSIGN_OR_RETURN(Tensor d_hidden, Make(b, {T, H}, "hidden-state gradient"));
   ASSIGN_OR_RETURN(double total, HeadForwardBackward(weights, hidden[L], targets, loss,
                                                      plan.logits_chunk, &d_hidden, &grads));
   // Layer inputs above the one being differentiated are no longer needed.
   hidden[L] = Tensor();
+  if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(final_group));
 
   ASSIGN_OR_RETURN(KvGrads kv_grads, KvGrads::Allocate(b, config_, T));
   for (int l = L - 1; l >= 0; --l) {
     const LayerWeights& w = weights.layers[l];
+    if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Acquire(1 + l, grads));
     LayerWeights& g = grads.layers[l];
     const int set = keep_all ? l : 0;
     const Tensor& x = hidden[l];
@@ -232,8 +240,11 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
       acts[l] = ChunkActivations();
     }
     if (l > 0) hidden[l] = Tensor();
+    if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(1 + l));
   }
+  if (sink_ != nullptr && !config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
   b.EmbeddingBackward(ids, d_hidden, grads.embed);
+  if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(0));
   return total;
 }
 

@@ -34,6 +34,23 @@ enum class BackwardMode { kFull, kCheckpoint, kStream };
 absl::string_view BackwardModeName(BackwardMode mode);  // "full", "checkpoint", "stream"
 absl::StatusOr<BackwardMode> ParseBackwardMode(absl::string_view text);
 
+// Receives a backward pass's parameter gradients one group at a time (the
+// ZeRO-2 one-layer cache). Groups follow ParameterStore's numbering: embed 0,
+// layer i at 1 + i, final at L + 1. Before the engine first writes a group's
+// gradients it calls Acquire(group, grads), which binds that group's views in
+// `grads` to zero-filled memory; once the group is complete for this pass it
+// calls Release(group). Every pass releases in the same order: final, layers
+// L-1 .. 0, embed. With tied embeddings the LM head writes into the embed
+// group, which is then acquired before the head and released last.
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  // Called once at the start of each backward pass.
+  virtual absl::Status BeginPass() = 0;
+  virtual absl::Status Acquire(int group, ModelTensors& grads) = 0;
+  virtual absl::Status Release(int group) = 0;
+};
+
 struct EngineOptions {
   BackwardMode mode = BackwardMode::kStream;
   int64_t chunk_tokens = 0;         // 0: automatic
@@ -70,8 +87,14 @@ class Engine {
   };
   ChunkPlan PlanChunks(int64_t tokens, bool training) const;
 
+  // Without a sink (the default) gradients accumulate into the `grads`
+  // given to ForwardBackward; with one, the sink provides each group's
+  // gradient memory and takes it back when the group is complete.
+  void set_gradient_sink(GradientSink* sink) { sink_ = sink; }
+
   const EngineOptions& options() const { return options_; }
   const ModelConfig& config() const { return config_; }
+  Backend& backend() const { return backend_; }
 
  private:
   absl::StatusOr<double> HeadForwardBackward(const ModelTensors& weights, const Tensor& hidden,
@@ -82,6 +105,7 @@ class Engine {
   const ModelConfig config_;
   Backend& backend_;
   EngineOptions options_;
+  GradientSink* sink_ = nullptr;
 };
 
 }  // namespace sbp

@@ -15,8 +15,7 @@ int64_t RoundUp(int64_t value, int64_t multiple) {
 }  // namespace
 
 absl::StatusOr<ParameterStore> ParameterStore::Create(const ModelConfig& config,
-                                                      Allocator& allocator,
-                                                      absl::string_view what,
+                                                      Allocator& allocator, absl::string_view what,
                                                       int64_t pad_multiple) {
   CHECK_GE(pad_multiple, 1);
   ParameterStore store;
@@ -51,17 +50,18 @@ absl::StatusOr<ParameterStore> ParameterStore::Create(const ModelConfig& config,
 
 absl::StatusOr<ParameterStore> ParameterStore::FromWeights(const ModelWeights& weights,
                                                            Allocator& allocator,
-                                                           absl::string_view what) {
-  ASSIGN_OR_RETURN(ParameterStore store, Create(weights.config, allocator, what));
+                                                           absl::string_view what,
+                                                           int64_t pad_multiple) {
+  ASSIGN_OR_RETURN(ParameterStore store, Create(weights.config, allocator, what, pad_multiple));
   RETURN_IF_ERROR(CopyIntoStore(weights.params, store));
   return store;
 }
 
 absl::StatusOr<ParameterStore> ParameterStore::Load(const std::string& dir, Allocator& allocator,
-                                                    absl::string_view what) {
+                                                    absl::string_view what, int64_t pad_multiple) {
   CpuAllocator staging;
   ASSIGN_OR_RETURN(ModelWeights weights, LoadModelDirectory(dir, staging));
-  return FromWeights(weights, allocator, what);
+  return FromWeights(weights, allocator, what, pad_multiple);
 }
 
 absl::StatusOr<Tensor> ParameterStore::Find(absl::string_view name) const {
@@ -135,6 +135,35 @@ ModelTensors BindModelTensors(const ParameterStore& store) {
   return m;
 }
 
+void BindGroupTensors(const ParameterStore& layout, int group, float* base, ModelTensors& out) {
+  const ModelTensors views = BindModelTensors(layout);
+  const float* origin = layout.groups()[group].flat.data<float>();
+  auto rebase = [&](const Tensor& t) {
+    if (!t.defined()) return Tensor();
+    return Tensor::Wrap(base + (t.data<float>() - origin), t.shape(), DType::kF32, t.device());
+  };
+  const int L = layout.config().num_hidden_layers;
+  out.layers.resize(L);
+  if (group == layout.embed_group()) {
+    out.embed = rebase(views.embed);
+    if (layout.config().tie_word_embeddings) out.lm_head = out.embed;
+  } else if (group == layout.final_group()) {
+    out.final_norm = rebase(views.final_norm);
+    if (!layout.config().tie_word_embeddings) out.lm_head = rebase(views.lm_head);
+  } else {
+    const LayerWeights& v = views.layers[group - 1];
+    LayerWeights& o = out.layers[group - 1];
+    for (Tensor LayerWeights::*field :
+         {&LayerWeights::input_norm, &LayerWeights::q_proj, &LayerWeights::q_bias,
+          &LayerWeights::k_proj, &LayerWeights::k_bias, &LayerWeights::v_proj,
+          &LayerWeights::v_bias, &LayerWeights::o_proj, &LayerWeights::q_norm,
+          &LayerWeights::k_norm, &LayerWeights::post_norm, &LayerWeights::gate_proj,
+          &LayerWeights::up_proj, &LayerWeights::down_proj}) {
+      o.*field = rebase(v.*field);
+    }
+  }
+}
+
 absl::Status CopyIntoStore(const std::vector<std::pair<std::string, Tensor>>& named,
                            ParameterStore& store) {
   int64_t copied = 0;
@@ -142,9 +171,9 @@ absl::Status CopyIntoStore(const std::vector<std::pair<std::string, Tensor>>& na
     if (store.config().tie_word_embeddings && name == "lm_head.weight") continue;
     ASSIGN_OR_RETURN(Tensor target, store.Find(name));
     if (source.shape() != target.shape() || source.dtype() != DType::kF32) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter '", name, "': expected f32", ShapeString(target.shape()),
-                       ", got ", source.DebugString()));
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "': expected f32",
+                                                     ShapeString(target.shape()), ", got ",
+                                                     source.DebugString()));
     }
     std::memcpy(target.raw_data(), source.raw_data(), target.nbytes());
     ++copied;

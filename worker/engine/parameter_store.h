@@ -40,11 +40,12 @@ class ParameterStore {
 
   // A store holding a copy of `weights`' parameters.
   static absl::StatusOr<ParameterStore> FromWeights(const ModelWeights& weights,
-                                                    Allocator& allocator, absl::string_view what);
+                                                    Allocator& allocator, absl::string_view what,
+                                                    int64_t pad_multiple = 1);
   // Reads a model directory through a temporary host allocator, so that only
   // the store is charged to `allocator`.
   static absl::StatusOr<ParameterStore> Load(const std::string& dir, Allocator& allocator,
-                                             absl::string_view what);
+                                             absl::string_view what, int64_t pad_multiple = 1);
 
   const ModelConfig& config() const { return config_; }
   std::vector<ParameterGroup>& groups() { return groups_; }
@@ -89,6 +90,10 @@ struct ModelTensors {
 // Binds the views of `store` by name. CHECK-fails on a store that does not
 // match its config (a programming error).
 ModelTensors BindModelTensors(const ParameterStore& store);
+
+// Binds the fields of `out` that belong to group `group` of `layout` to views
+// over `base`, memory with that group's layout (the ZeRO-2 gradient cache).
+void BindGroupTensors(const ParameterStore& layout, int group, float* base, ModelTensors& out);
 
 // Copies host tensors (e.g. loaded from safetensors) into `store` by name;
 // every tensor of the store must be given with the right shape.

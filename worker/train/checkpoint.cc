@@ -90,34 +90,39 @@ std::string CheckpointPath(const std::string& run_dir, int64_t step) {
   return CheckpointsDir(run_dir) + "/" + name;
 }
 
-absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& weights,
-                            const ParameterStore& exp_avg, const ParameterStore& exp_avg_sq,
-                            const TrainerState& state, int64_t keep_last) {
-  const std::string final_dir = CheckpointPath(run_dir, state.step);
-  const std::string temp_dir =
-      CheckpointsDir(run_dir) + "/.tmp-" + fs::path(final_dir).filename().string();
+std::string CheckpointStagingPath(const std::string& run_dir, int64_t step) {
+  return CheckpointsDir(run_dir) + "/.tmp-" +
+         fs::path(CheckpointPath(run_dir, step)).filename().string();
+}
+
+absl::Status PrepareCheckpointStaging(const std::string& run_dir, int64_t step) {
+  const std::string temp_dir = CheckpointStagingPath(run_dir, step);
   std::error_code ec;
   fs::remove_all(temp_dir, ec);
   fs::create_directories(temp_dir, ec);
   if (ec) return FsError(ec, "creating " + temp_dir);
+  return absl::OkStatus();
+}
 
-  RETURN_IF_ERROR(SaveModelDirectory(temp_dir, weights.config(), weights.NamedTensors(),
+absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
+                                          const ParameterStore& weights,
+                                          const TrainerState& state) {
+  RETURN_IF_ERROR(SaveModelDirectory(staging_dir, weights.config(), weights.NamedTensors(),
                                      DType::kF32));
-  NamedTensors moments = Prefixed(exp_avg, "exp_avg.");
-  for (auto& entry : Prefixed(exp_avg_sq, "exp_avg_sq.")) moments.push_back(std::move(entry));
-  RETURN_IF_ERROR(WriteSafetensors(temp_dir + "/optimizer.safetensors", moments,
-                                   {{"format", "sbp-adamw"}}, DType::kF32));
-  RETURN_IF_ERROR(
-      WriteFileAtomically(temp_dir + "/trainer_state.json", state.ToJson().dump(2) + "\n"));
-  RETURN_IF_ERROR(SyncDirectory(temp_dir));
+  return WriteFileAtomically(staging_dir + "/trainer_state.json", state.ToJson().dump(2) + "\n");
+}
 
+absl::Status CommitCheckpoint(const std::string& run_dir, int64_t step, int64_t keep_last) {
+  const std::string final_dir = CheckpointPath(run_dir, step);
+  const std::string temp_dir = CheckpointStagingPath(run_dir, step);
+  RETURN_IF_ERROR(SyncDirectory(temp_dir));
+  std::error_code ec;
   fs::remove_all(final_dir, ec);
   fs::rename(temp_dir, final_dir, ec);
   if (ec) return FsError(ec, "renaming " + temp_dir + " to " + final_dir);
   RETURN_IF_ERROR(SyncDirectory(CheckpointsDir(run_dir)));
   RETURN_IF_ERROR(WriteFileAtomically(CheckpointsDir(run_dir) + "/latest",
                                       fs::path(final_dir).filename().string() + "\n"));
-
   if (keep_last > 0) {
     std::vector<int64_t> steps = CompleteCheckpointSteps(run_dir);
     for (size_t i = 0; i + keep_last < steps.size(); ++i) {
@@ -125,6 +130,19 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& we
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& weights,
+                            const ParameterStore& exp_avg, const ParameterStore& exp_avg_sq,
+                            const TrainerState& state, int64_t keep_last) {
+  RETURN_IF_ERROR(PrepareCheckpointStaging(run_dir, state.step));
+  const std::string temp_dir = CheckpointStagingPath(run_dir, state.step);
+  RETURN_IF_ERROR(WriteCheckpointModelAndState(temp_dir, weights, state));
+  NamedTensors moments = Prefixed(exp_avg, "exp_avg.");
+  for (auto& entry : Prefixed(exp_avg_sq, "exp_avg_sq.")) moments.push_back(std::move(entry));
+  RETURN_IF_ERROR(WriteSafetensors(temp_dir + "/optimizer.safetensors", moments,
+                                   {{"format", "sbp-adamw"}}, DType::kF32));
+  return CommitCheckpoint(run_dir, state.step, keep_last);
 }
 
 absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& run_dir) {
@@ -140,16 +158,11 @@ absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::strin
   return std::optional<std::string>(CheckpointPath(run_dir, steps.back()));
 }
 
-absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& checkpoint_dir,
-                                            ParameterStore& weights, ParameterStore& exp_avg,
-                                            ParameterStore& exp_avg_sq) {
+absl::StatusOr<TrainerState> LoadCheckpointWeightsAndState(const std::string& checkpoint_dir,
+                                                           ParameterStore& weights) {
   CpuAllocator staging;
   ASSIGN_OR_RETURN(ModelWeights model, LoadModelDirectory(checkpoint_dir, staging));
   RETURN_IF_ERROR(Annotate(CopyIntoStore(model.params, weights), checkpoint_dir));
-  ASSIGN_OR_RETURN(SafetensorsFile moments,
-                   SafetensorsFile::Open(checkpoint_dir + "/optimizer.safetensors"));
-  RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg.", exp_avg, staging));
-  RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg_sq.", exp_avg_sq, staging));
   const std::string state_path = checkpoint_dir + "/trainer_state.json";
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(state_path));
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -157,6 +170,18 @@ absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& checkpoint_dir,
     return absl::InvalidArgumentError(absl::StrCat(state_path, ": not valid JSON"));
   }
   return TrainerState::FromJson(json, state_path);
+}
+
+absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& checkpoint_dir,
+                                            ParameterStore& weights, ParameterStore& exp_avg,
+                                            ParameterStore& exp_avg_sq) {
+  ASSIGN_OR_RETURN(TrainerState state, LoadCheckpointWeightsAndState(checkpoint_dir, weights));
+  CpuAllocator staging;
+  ASSIGN_OR_RETURN(SafetensorsFile moments,
+                   SafetensorsFile::Open(checkpoint_dir + "/optimizer.safetensors"));
+  RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg.", exp_avg, staging));
+  RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg_sq.", exp_avg_sq, staging));
+  return state;
 }
 
 }  // namespace sbp

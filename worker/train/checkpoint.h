@@ -39,8 +39,23 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& we
                             const ParameterStore& exp_avg, const ParameterStore& exp_avg_sq,
                             const TrainerState& state, int64_t keep_last);
 
+// The pieces of SaveCheckpoint, for writers that add their own files (under
+// ZeRO-2 each rank writes its optimizer shard): an empty staging directory,
+// the model and trainer state in it, then the commit (fsync, rename into
+// place, `latest`, pruning to `keep_last`).
+std::string CheckpointStagingPath(const std::string& run_dir, int64_t step);
+absl::Status PrepareCheckpointStaging(const std::string& run_dir, int64_t step);
+absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
+                                          const ParameterStore& weights,
+                                          const TrainerState& state);
+absl::Status CommitCheckpoint(const std::string& run_dir, int64_t step, int64_t keep_last);
+
 // The newest complete checkpoint directory of the run, if any.
 absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& run_dir);
+
+// Loads a checkpoint's weights and trainer state (not the optimizer).
+absl::StatusOr<TrainerState> LoadCheckpointWeightsAndState(const std::string& checkpoint_dir,
+                                                           ParameterStore& weights);
 
 // Loads a checkpoint into stores of the run's model layout.
 absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& checkpoint_dir,

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "absl/container/flat_hash_map.h"
 #include "worker/engine/batch.h"
 #include "worker/train/objectives/dpo.h"
 #include "worker/train/objectives/grpo.h"
@@ -23,27 +23,43 @@ std::vector<std::vector<T>> MicroBatches(const std::vector<T>& items, int64_t si
   return out;
 }
 
+// Sums `values` over the ranks (counts are exact in double up to 2^53).
+absl::Status SumOverRanks(Communicator* comm, std::vector<double>& values, ReduceOp op) {
+  if (comm == nullptr || comm->world_size() == 1) return absl::OkStatus();
+  return comm->AllReduce(values.data(), static_cast<int64_t>(values.size()), op);
+}
+
+absl::StatusOr<int64_t> GlobalCount(Communicator* comm, int64_t local) {
+  std::vector<double> v = {static_cast<double>(local)};
+  RETURN_IF_ERROR(SumOverRanks(comm, v, ReduceOp::kSum));
+  return static_cast<int64_t>(v[0]);
+}
+
 class SftStep final : public StepObjective {
  public:
-  SftStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w)
-      : spec_(spec), dataset_(dataset), engine_(engine), weights_(w) {}
+  SftStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w,
+          Communicator* comm)
+      : spec_(spec), dataset_(dataset), engine_(engine), weights_(w), comm_(comm) {}
 
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     std::vector<TokenSequence> step;
     for (int64_t i : indices) step.push_back(dataset_.sft()[i]);
-    const int64_t normaliser = CountValidTargets(step);
+    const int64_t local_targets = CountValidTargets(step);
+    ASSIGN_OR_RETURN(const int64_t normaliser, GlobalCount(comm_, local_targets));
     ObjectiveStepResult result;
+    if (normaliser == 0) return result;
     for (const auto& micro : MicroBatches(step, spec_.train.micro_batch_sequences)) {
       ASSIGN_OR_RETURN(BatchResult r,
                        SftForwardBackward(engine_, weights_, micro, grads, normaliser));
       result.loss += r.loss;
       result.tokens += r.tokens;
       for (const TokenSequence& s : micro) {
-        result.model_flops += TrainingFlops(engine_.config(), static_cast<int64_t>(s.input_ids.size()));
+        result.model_flops +=
+            TrainingFlops(engine_.config(), static_cast<int64_t>(s.input_ids.size()));
       }
     }
-    result.extra["valid_targets"] = normaliser;
+    result.extra["valid_targets"] = local_targets;
     return result;
   }
 
@@ -52,6 +68,7 @@ class SftStep final : public StepObjective {
   const Dataset& dataset_;
   Engine& engine_;
   const ModelTensors& weights_;
+  Communicator* comm_;
 };
 
 double SequenceFlops(const ModelConfig& config, const TokenSequence& s) {
@@ -63,14 +80,20 @@ double SequenceFlops(const ModelConfig& config, const TokenSequence& s) {
 class DpoStep final : public StepObjective {
  public:
   DpoStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w,
-          Engine& reference_engine, const ModelTensors& reference)
-      : spec_(spec), dataset_(dataset), engine_(engine), weights_(w),
-        reference_engine_(reference_engine), reference_(reference) {}
+          Engine& reference_engine, const ModelTensors& reference, Communicator* comm)
+      : spec_(spec),
+        dataset_(dataset),
+        engine_(engine),
+        weights_(w),
+        reference_engine_(reference_engine),
+        reference_(reference),
+        comm_(comm) {}
 
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     ObjectiveStepResult result;
-    const int64_t global_pairs = static_cast<int64_t>(indices.size());
+    ASSIGN_OR_RETURN(const int64_t global_pairs,
+                     GlobalCount(comm_, static_cast<int64_t>(indices.size())));
     double accuracy = 0, margin = 0, chosen = 0, rejected = 0;
     for (const auto& micro : MicroBatches(indices, spec_.train.micro_batch_sequences)) {
       std::vector<DpoPair> pairs;
@@ -95,8 +118,8 @@ class DpoStep final : public StepObjective {
       chosen += r.mean_chosen_reward() * n;
       rejected += r.mean_rejected_reward() * n;
       for (const DpoPair& p : pairs) {
-        result.model_flops += SequenceFlops(engine_.config(), p.chosen) +
-                              SequenceFlops(engine_.config(), p.rejected);
+        result.model_flops +=
+            SequenceFlops(engine_.config(), p.chosen) + SequenceFlops(engine_.config(), p.rejected);
       }
     }
     const double n = std::max<double>(1.0, static_cast<double>(global_pairs));
@@ -114,6 +137,7 @@ class DpoStep final : public StepObjective {
   const ModelTensors& weights_;
   Engine& reference_engine_;
   const ModelTensors& reference_;
+  Communicator* comm_;
   absl::flat_hash_map<int64_t, ReferenceLogProbs> cache_;
 };
 
@@ -122,16 +146,30 @@ class DpoStep final : public StepObjective {
 class GrpoStep final : public StepObjective {
  public:
   GrpoStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w,
-           Engine& reference_engine, const ModelTensors* reference)
-      : spec_(spec), dataset_(dataset), engine_(engine), weights_(w),
-        reference_engine_(reference_engine), reference_(reference),
+           Engine& reference_engine, const ModelTensors* reference, Communicator* comm)
+      : spec_(spec),
+        dataset_(dataset),
+        engine_(engine),
+        weights_(w),
+        reference_engine_(reference_engine),
+        reference_(reference),
+        comm_(comm),
         options_(GrpoOptionsFromSpec(spec.grpo)) {}
 
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     std::vector<GrpoGroup> all;
     for (int64_t i : indices) all.push_back(dataset_.grpo()[i]);
-    const GrpoCounts global = CountGrpo(all);
+    const GrpoCounts local = CountGrpo(all);
+    std::vector<double> sums = {static_cast<double>(local.sequences),
+                                static_cast<double>(local.completion_tokens)};
+    std::vector<double> longest = {static_cast<double>(local.max_completion_length)};
+    RETURN_IF_ERROR(SumOverRanks(comm_, sums, ReduceOp::kSum));
+    RETURN_IF_ERROR(SumOverRanks(comm_, longest, ReduceOp::kMax));
+    GrpoCounts global;
+    global.sequences = static_cast<int64_t>(sums[0]);
+    global.completion_tokens = static_cast<int64_t>(sums[1]);
+    global.max_completion_length = static_cast<int64_t>(longest[0]);
     ObjectiveStepResult result;
     double kl = 0, reward = 0;
     int64_t clipped = 0;
@@ -143,16 +181,16 @@ class GrpoStep final : public StepObjective {
         if (reference_ == nullptr) continue;
         auto cached = cache_.find(i);
         if (cached == cache_.end()) {
-          ASSIGN_OR_RETURN(GrpoReferenceLogProbs ref,
-                           ComputeGrpoReferenceLogProbs(reference_engine_, *reference_,
-                                                        {groups.back()}));
+          ASSIGN_OR_RETURN(
+              GrpoReferenceLogProbs ref,
+              ComputeGrpoReferenceLogProbs(reference_engine_, *reference_, {groups.back()}));
           cached = cache_.emplace(i, std::move(ref.logprobs.front())).first;
         }
         refs.logprobs.push_back(cached->second);
       }
       ASSIGN_OR_RETURN(GrpoResult r,
-                       GrpoForwardBackward(engine_, weights_, groups,
-                                           reference_ ? &refs : nullptr, options_, global, grads));
+                       GrpoForwardBackward(engine_, weights_, groups, reference_ ? &refs : nullptr,
+                                           options_, global, grads));
       result.loss += r.loss;
       result.tokens += r.tokens;
       kl += r.kl_sum;
@@ -165,9 +203,10 @@ class GrpoStep final : public StepObjective {
       }
     }
     const double tokens = std::max<double>(1.0, static_cast<double>(global.completion_tokens));
-    result.extra = {{"kl", kl / tokens},
-                    {"clip_fraction", static_cast<double>(clipped) / tokens},
-                    {"reward", reward / std::max<double>(1.0, static_cast<double>(global.sequences))}};
+    result.extra = {
+        {"kl", kl / tokens},
+        {"clip_fraction", static_cast<double>(clipped) / tokens},
+        {"reward", reward / std::max<double>(1.0, static_cast<double>(global.sequences))}};
     return result;
   }
 
@@ -178,6 +217,7 @@ class GrpoStep final : public StepObjective {
   const ModelTensors& weights_;
   Engine& reference_engine_;
   const ModelTensors* reference_;
+  Communicator* comm_;
   GrpoOptions options_;
   absl::flat_hash_map<int64_t, std::vector<std::vector<float>>> cache_;
 };
@@ -186,22 +226,22 @@ class GrpoStep final : public StepObjective {
 
 absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
     const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& weights,
-    Engine& reference_engine, const ModelTensors* reference) {
+    Engine& reference_engine, const ModelTensors* reference, Communicator* comm) {
   switch (spec.objective) {
     case Objective::kSft:
-      return std::unique_ptr<StepObjective>(new SftStep(spec, dataset, engine, weights));
+      return std::unique_ptr<StepObjective>(new SftStep(spec, dataset, engine, weights, comm));
     case Objective::kDpo:
       if (reference == nullptr) {
         return absl::InvalidArgumentError("dpo.reference: DPO needs a reference model");
       }
       return std::unique_ptr<StepObjective>(
-          new DpoStep(spec, dataset, engine, weights, reference_engine, *reference));
+          new DpoStep(spec, dataset, engine, weights, reference_engine, *reference, comm));
     case Objective::kGrpo:
       if (spec.grpo.beta > 0 && reference == nullptr) {
         return absl::InvalidArgumentError("grpo.reference: grpo.beta > 0 needs a reference model");
       }
       return std::unique_ptr<StepObjective>(
-          new GrpoStep(spec, dataset, engine, weights, reference_engine, reference));
+          new GrpoStep(spec, dataset, engine, weights, reference_engine, reference, comm));
   }
   return absl::InvalidArgumentError("unknown objective");
 }

@@ -2,7 +2,9 @@
 // of the step are split into micro-batches of `micro_batch_sequences`, and
 // every normaliser (valid targets for SFT, pairs for DPO, completion tokens or
 // sequences for GRPO) is counted over the whole step before the first
-// micro-batch runs, so accumulation is exact.
+// micro-batch runs, so accumulation is exact. Under ZeRO-2 each rank runs its
+// share of the step's examples and the counts are summed over all ranks
+// (all-reduce) first, so the loss is the global mean.
 #pragma once
 
 #include <memory>
@@ -10,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "worker/dist/communicator.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/train/dataset.h"
@@ -17,11 +20,14 @@
 
 namespace sbp {
 
+// Every figure is this rank's share: summing them over the ranks gives the
+// step's figure (the loss and the extra figures are already divided by the
+// global normalisers).
 struct ObjectiveStepResult {
   double loss = 0;
   int64_t tokens = 0;        // tokens run through the policy's forward + backward
   double model_flops = 0;    // TrainingFlops of those sequences
-  nlohmann::json extra = nlohmann::json::object();
+  nlohmann::json extra = nlohmann::json::object();  // numbers only
 };
 
 class StepObjective {
@@ -32,9 +38,10 @@ class StepObjective {
                                                   ModelTensors& grads) = 0;
 };
 
-// `reference` is null when the objective needs none.
+// `reference` is null when the objective needs none; `comm` is null on a
+// single worker.
 absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
     const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& weights,
-    Engine& reference_engine, const ModelTensors* reference);
+    Engine& reference_engine, const ModelTensors* reference, Communicator* comm = nullptr);
 
 }  // namespace sbp

@@ -21,6 +21,7 @@
 #include "worker/train/dataset.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/optimizer_state.h"
 #include "worker/train/step_objective.h"
 
 namespace sbp {
@@ -55,13 +56,57 @@ absl::StatusOr<ParameterStore> LoadStore(const std::string& dir, const ModelConf
                                          Allocator& allocator, const std::string& what) {
   ASSIGN_OR_RETURN(ParameterStore store, ParameterStore::Load(dir, allocator, what));
   const ModelConfig& config = store.config();
-  if (expected != nullptr && (config.vocab_size != expected->vocab_size ||
-                              config.hidden_size != expected->hidden_size ||
-                              config.num_hidden_layers != expected->num_hidden_layers)) {
+  if (expected != nullptr &&
+      (config.vocab_size != expected->vocab_size || config.hidden_size != expected->hidden_size ||
+       config.num_hidden_layers != expected->num_hidden_layers)) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " model '", dir, "' does not have the policy model's shape"));
   }
   return store;
+}
+
+// Rank `rank`'s examples of a step: positions rank, rank + N, ...
+std::vector<int64_t> RankShare(const std::vector<int64_t>& global, int rank, int world_size) {
+  std::vector<int64_t> mine;
+  for (size_t i = static_cast<size_t>(rank); i < global.size(); i += world_size) {
+    mine.push_back(global[i]);
+  }
+  return mine;
+}
+
+// True on every rank when any rank's flag is set (a stop must be unanimous).
+absl::StatusOr<bool> AnyRank(Communicator* comm, bool flag) {
+  double value = flag ? 1 : 0;
+  if (comm != nullptr) RETURN_IF_ERROR(comm->AllReduce(&value, 1, ReduceOp::kMax));
+  return value > 0;
+}
+
+// Sums a step's per-rank figures into the global ones on every rank.
+absl::Status SumOverRanks(Communicator* comm, ObjectiveStepResult& result) {
+  if (comm == nullptr) return absl::OkStatus();
+  std::vector<double> values = {result.loss, static_cast<double>(result.tokens),
+                                result.model_flops};
+  std::vector<std::string> keys;
+  for (auto& [key, value] : result.extra.items()) {
+    if (!value.is_number()) continue;
+    keys.push_back(key);
+    values.push_back(value.get<double>());
+  }
+  // Ranks with no examples may lack keys: agree on the count first.
+  double count = static_cast<double>(keys.size());
+  RETURN_IF_ERROR(comm->AllReduce(&count, 1, ReduceOp::kMax));
+  if (count != static_cast<double>(keys.size())) {
+    // This rank had nothing to report; its extra figures are zero.
+    return absl::FailedPreconditionError(
+        "ranks disagree on the step's figures (a rank without examples?)");
+  }
+  RETURN_IF_ERROR(
+      comm->AllReduce(values.data(), static_cast<int64_t>(values.size()), ReduceOp::kSum));
+  result.loss = values[0];
+  result.tokens = static_cast<int64_t>(values[1]);
+  result.model_flops = values[2];
+  for (size_t i = 0; i < keys.size(); ++i) result.extra[keys[i]] = values[3 + i];
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -97,7 +142,8 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
     return absl::InvalidArgumentError(
         "train.precision: the CPU backend computes in fp32; bf16 needs device: cuda");
   }
-  if (spec.resources.world_size != 1) {
+  const int world_size = static_cast<int>(spec.resources.world_size);
+  if (world_size != 1 && !options.connect) {
     return absl::InvalidArgumentError(
         "resources.world_size: `sbp train` runs one worker; submit multi-worker jobs to a "
         "coordinator");
@@ -106,14 +152,27 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   CpuAllocator allocator;
   if (spec.resources.memory_bytes > 0) allocator.set_budget_bytes(spec.resources.memory_bytes);
   CpuBackend backend(allocator);
+  std::unique_ptr<Communicator> comm;
+  if (world_size > 1) {
+    ASSIGN_OR_RETURN(comm, options.connect(allocator));
+    if (comm->world_size() != world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("resources.world_size is ", world_size,
+                                                     " but the communicator has ",
+                                                     comm->world_size(), " ranks"));
+    }
+  }
+  const int rank = comm ? comm->rank() : 0;
 
   const std::string model_dir = ResolveJobPath(options.base_dir, spec.model);
-  ASSIGN_OR_RETURN(ParameterStore weights, LoadStore(model_dir, nullptr, allocator, "weights"));
+  ASSIGN_OR_RETURN(ParameterStore weights,
+                   ParameterStore::Load(model_dir, allocator, "weights", world_size));
   const ModelConfig config = weights.config();
-  ASSIGN_OR_RETURN(Dataset dataset,
-                   Dataset::LoadForJob(spec, options.base_dir, config.vocab_size));
-  ASSIGN_OR_RETURN(ParameterStore grads, ParameterStore::Create(config, allocator, "gradients"));
-  ASSIGN_OR_RETURN(AdamWOptimizer optimizer, AdamWOptimizer::Create(config, backend, spec.train));
+  ASSIGN_OR_RETURN(Dataset dataset, Dataset::LoadForJob(spec, options.base_dir, config.vocab_size));
+  Engine engine(
+      config, backend,
+      {spec.streambp.mode, spec.streambp.chunk_tokens, spec.streambp.logits_chunk_tokens});
+  ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
+                   CreateOptimizerState(weights, backend, spec.train, comm.get(), engine));
 
   // The reference model of DPO / GRPO (a real second model, frozen).
   std::optional<ParameterStore> reference;
@@ -121,8 +180,8 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   if (spec.objective == Objective::kDpo) reference_dir = spec.dpo.reference;
   if (spec.objective == Objective::kGrpo && spec.grpo.beta > 0) reference_dir = spec.grpo.reference;
   if (!reference_dir.empty()) {
-    ASSIGN_OR_RETURN(reference, LoadStore(ResolveJobPath(options.base_dir, reference_dir),
-                                          &config, allocator, "reference weights"));
+    ASSIGN_OR_RETURN(reference, LoadStore(ResolveJobPath(options.base_dir, reference_dir), &config,
+                                          allocator, "reference weights"));
   }
 
   const std::string run_dir = ResolveJobPath(options.base_dir, spec.checkpoint.dir);
@@ -136,28 +195,27 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   if (options.resume) {
     ASSIGN_OR_RETURN(std::optional<std::string> latest, FindLatestCheckpoint(run_dir));
     if (latest.has_value()) {
-      ASSIGN_OR_RETURN(state, LoadCheckpoint(*latest, weights, optimizer.exp_avg(),
-                                             optimizer.exp_avg_sq()));
-      ASSIGN_OR_RETURN(cursor, DataCursor::FromJson(state.data_cursor, dataset.size(),
-                                                    static_cast<uint64_t>(spec.train.seed),
-                                                    spec.train.shuffle));
-      LOG(INFO) << "resumed " << spec.name << " from " << *latest << " (step " << state.step
-                << ")";
+      ASSIGN_OR_RETURN(state, optimizer->Load(*latest));
+      ASSIGN_OR_RETURN(
+          cursor, DataCursor::FromJson(state.data_cursor, dataset.size(),
+                                       static_cast<uint64_t>(spec.train.seed), spec.train.shuffle));
+      LOG(INFO) << "resumed " << spec.name << " from " << *latest << " (step " << state.step << ")";
     }
   }
-  ASSIGN_OR_RETURN(auto metrics, OpenMetrics(run_dir + "/metrics.jsonl", state.step));
+  std::unique_ptr<std::ofstream> metrics;
+  if (rank == 0) {
+    ASSIGN_OR_RETURN(metrics, OpenMetrics(run_dir + "/metrics.jsonl", state.step));
+  }
 
-  Engine engine(config, backend,
-                {spec.streambp.mode, spec.streambp.chunk_tokens, spec.streambp.logits_chunk_tokens});
-  Engine reference_engine(config, backend, {BackwardMode::kStream, spec.streambp.chunk_tokens,
-                                            spec.streambp.logits_chunk_tokens});
+  Engine reference_engine(
+      config, backend,
+      {BackwardMode::kStream, spec.streambp.chunk_tokens, spec.streambp.logits_chunk_tokens});
   ModelTensors w = BindModelTensors(weights);
-  ModelTensors g = BindModelTensors(grads);
   std::optional<ModelTensors> ref_tensors;
   if (reference.has_value()) ref_tensors = BindModelTensors(*reference);
   ASSIGN_OR_RETURN(std::unique_ptr<StepObjective> objective,
                    MakeStepObjective(spec, dataset, engine, w, reference_engine,
-                                     ref_tensors ? &*ref_tensors : nullptr));
+                                     ref_tensors ? &*ref_tensors : nullptr, comm.get()));
 
   const double reference_gflops = cpu::MeasureSgemmGflops(1024, 2);
   observer->OnStart(spec, state.step, allocator.budget_bytes());
@@ -168,31 +226,34 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   auto save = [&](int64_t step) -> absl::Status {
     state.step = step;
     state.data_cursor = cursor.ToJson();
-    RETURN_IF_ERROR(SaveCheckpoint(run_dir, weights, optimizer.exp_avg(), optimizer.exp_avg_sq(),
-                                   state, spec.checkpoint.keep_last));
+    RETURN_IF_ERROR(optimizer->Save(run_dir, state, spec.checkpoint.keep_last));
     summary.last_checkpoint = CheckpointPath(run_dir, step);
     observer->OnCheckpoint(step, summary.last_checkpoint);
     return absl::OkStatus();
   };
 
+  double comm_waited = 0;
   for (int64_t step = state.step + 1; step <= spec.train.steps; ++step) {
-    if (observer->StopRequested()) {
+    ASSIGN_OR_RETURN(const bool stop, AnyRank(comm.get(), observer->StopRequested()));
+    if (stop) {
       summary.stopped_early = true;
       break;
     }
     const auto start = Clock::now();
-    const std::vector<int64_t> indices = cursor.Next(spec.train.sequences_per_step);
-    grads.Zero();
-    ASSIGN_OR_RETURN(ObjectiveStepResult result, objective->Run(indices, g));
-    const double grad_norm = AdamWOptimizer::GlobalGradNorm(backend, grads);
+    const std::vector<int64_t> indices =
+        RankShare(cursor.Next(spec.train.sequences_per_step), rank, world_size);
+    optimizer->ZeroGradients();
+    ASSIGN_OR_RETURN(ObjectiveStepResult result, objective->Run(indices, optimizer->grads()));
+    RETURN_IF_ERROR(optimizer->FinishBackward());
+    RETURN_IF_ERROR(SumOverRanks(comm.get(), result));
+    ASSIGN_OR_RETURN(const double grad_norm, optimizer->GlobalGradNorm());
     if (!std::isfinite(grad_norm) || !std::isfinite(result.loss)) {
       return absl::InternalError(absl::StrCat("step ", step, ": non-finite loss (", result.loss,
                                               ") or gradient norm (", grad_norm,
                                               "); lower train.lr or set max_grad_norm"));
     }
     const double lr = LearningRate(spec.train, step);
-    optimizer.Step(weights, grads, lr, step,
-                   ClipScale(grad_norm, spec.train.max_grad_norm));
+    RETURN_IF_ERROR(optimizer->Update(lr, step, ClipScale(grad_norm, spec.train.max_grad_norm)));
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
     StepReport report;
@@ -206,18 +267,27 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
     report.tokens_total = state.tokens_seen;
     report.step_seconds = seconds;
     report.tokens_per_second = static_cast<double>(result.tokens) / seconds;
-    report.mfu = result.model_flops / seconds / 1e9 / reference_gflops;
+    report.mfu = result.model_flops / seconds / 1e9 / (reference_gflops * world_size);
     report.peak_bytes = allocator.peak_bytes();
     report.current_bytes = allocator.current_bytes();
     report.extra = result.extra;
-    *metrics << report.ToJson().dump() << '\n';
-    metrics->flush();
+    if (comm) {
+      // Seconds of this step the training thread waited on collectives.
+      const double waited = optimizer->comm_wait_seconds();
+      report.extra["comm_wait_seconds"] = waited - comm_waited;
+      comm_waited = waited;
+    }
+    if (metrics) {
+      *metrics << report.ToJson().dump() << '\n';
+      metrics->flush();
+    }
     observer->OnStep(report);
     state.last_loss = result.loss;
     summary.last_step = step;
     summary.final_loss = result.loss;
 
-    const bool periodic = spec.checkpoint.every_steps > 0 && step % spec.checkpoint.every_steps == 0;
+    const bool periodic =
+        spec.checkpoint.every_steps > 0 && step % spec.checkpoint.every_steps == 0;
     const bool last = step == spec.train.steps;
     const bool stop_here = options.stop_after_step > 0 && step >= options.stop_after_step;
     if (periodic || last || stop_here) RETURN_IF_ERROR(save(step));

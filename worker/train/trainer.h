@@ -5,13 +5,23 @@
 // gradient norm, apply AdamW with the scheduled learning rate, append a line
 // to <run>/metrics.jsonl and checkpoint every `checkpoint.every_steps` steps
 // and at the end. Deterministic: a resumed run continues bit for bit.
+//
+// With resources.world_size N > 1 every rank runs this loop with a
+// communicator: rank r takes examples r, r+N, ... of each step's global batch,
+// gradients and optimizer state are sharded (ZeRO-2), the figures of a step
+// are summed over the ranks, rank 0 writes metrics.jsonl, and the result
+// equals one worker running the whole global batch.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kernels/allocator.h"
 #include "nlohmann/json.hpp"
+#include "worker/dist/communicator.h"
 #include "worker/train/job_spec.h"
 
 namespace sbp {
@@ -48,6 +58,9 @@ struct TrainOptions {
   std::string base_dir = ".";  // relative paths in the spec resolve against it
   bool resume = true;          // continue from the newest checkpoint of the run
   int64_t stop_after_step = 0; // > 0: stop (with a checkpoint) after this step
+  // For resources.world_size > 1: connects this rank to the others (ZeRO-2).
+  // The allocator is the run's, for the communicator's buffers.
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(Allocator&)> connect;
 };
 
 struct TrainSummary {

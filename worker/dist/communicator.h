@@ -1,0 +1,44 @@
+// Collectives among the ranks of one training attempt. Every call is
+// blocking, made by all ranks in the same order, and returns an error instead
+// of hanging: a peer that died or stopped answering surfaces as UNAVAILABLE or
+// DEADLINE_EXCEEDED within the communicator's timeout, naming the collective,
+// so the worker can fail its attempt and the coordinator can retry it.
+//
+// Buffers live in host memory for the Gloo implementation and in device
+// memory for NCCL. After a failed collective the communicator is unusable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace sbp {
+
+enum class ReduceOp { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // `data` holds world_size() chunks of `chunk` floats. Afterwards chunk
+  // rank() of `data` holds the element-wise sum of every rank's chunk rank();
+  // the other chunks are clobbered (they are the ring's working space).
+  virtual absl::Status ReduceScatterSum(float* data, int64_t chunk) = 0;
+
+  // `data` holds world_size() chunks of `chunk` floats; chunk r comes from
+  // rank r. Afterwards every rank holds all chunks.
+  virtual absl::Status AllGather(float* data, int64_t chunk) = 0;
+
+  // Element-wise reduction of `count` doubles over all ranks, in place.
+  virtual absl::Status AllReduce(double* data, int64_t count, ReduceOp op) = 0;
+
+  // `bytes` bytes of `data` from `root` to every rank.
+  virtual absl::Status Broadcast(void* data, int64_t bytes, int root) = 0;
+
+  virtual absl::Status Barrier() = 0;
+};
+
+}  // namespace sbp

@@ -1,0 +1,183 @@
+#include "worker/dist/zero2_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace sbp {
+
+Zero2State::Zero2State(ParameterStore& weights, Communicator& comm, Backend& backend)
+    : weights_(weights), comm_(comm), backend_(backend) {}
+
+Zero2State::~Zero2State() { executor_.WaitAll().IgnoreError(); }
+
+absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& weights,
+                                                               Communicator& comm,
+                                                               Backend& backend) {
+  const int n = comm.world_size();
+  std::unique_ptr<Zero2State> state(new Zero2State(weights, comm, backend));
+  Allocator& allocator = backend.allocator();
+  const auto& groups = weights.groups();
+  for (const ParameterGroup& group : groups) {
+    const int64_t padded = group.flat.numel();
+    if (padded % n != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter group ", group.name, " has ",
+                                                     padded, " elements, not a multiple of ", n,
+                                                     " ranks"));
+    }
+    const int64_t shard = padded / n;
+    state->shard_.push_back(shard);
+    for (auto [list, what] :
+         {std::pair{&state->grad_, "gradient shard"}, std::pair{&state->m_, "AdamW exp_avg shard"},
+          std::pair{&state->v_, "AdamW exp_avg_sq shard"}}) {
+      ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(allocator, {shard}, DType::kF32,
+                                               absl::StrCat(what, " ", group.name)));
+      list->push_back(std::move(t));
+    }
+  }
+  state->open_.resize(groups.size());
+  state->open_slot_.assign(groups.size(), -1);
+  return state;
+}
+
+bool Zero2State::is_layer(int group) const {
+  return group != weights_.embed_group() && group != weights_.final_group();
+}
+
+void Zero2State::ZeroGradients() {
+  for (Tensor& g : grad_) std::memset(g.raw_data(), 0, g.nbytes());
+}
+
+absl::StatusOr<Tensor> Zero2State::TakeBuffer(int group) {
+  const ParameterGroup& layout = weights_.groups()[group];
+  Tensor buffer;
+  if (is_layer(group)) {
+    const int slot = next_slot_;
+    next_slot_ = 1 - next_slot_;
+    // The slot's previous reduce-scatter must be done before it is reused.
+    RETURN_IF_ERROR(executor_.WaitFor(cache_ticket_[slot]));
+    if (!cache_[slot].defined()) {
+      ASSIGN_OR_RETURN(cache_[slot], Tensor::Empty(backend_.allocator(), {layout.flat.numel()},
+                                                   DType::kF32, "one-layer gradient cache"));
+    }
+    open_slot_[group] = slot;
+    buffer = cache_[slot];
+  } else {
+    ASSIGN_OR_RETURN(buffer, Tensor::Empty(backend_.allocator(), {layout.flat.numel()}, DType::kF32,
+                                           absl::StrCat("gradient buffer ", layout.name)));
+  }
+  backend_.Fill(buffer, 0.0f);
+  return buffer;
+}
+
+void Zero2State::QueueReduceScatter(int group, Tensor buffer, int cache_slot) {
+  const int64_t shard = shard_[group];
+  float* owned = grad_[group].data<float>();
+  const int rank = comm_.rank();
+  const int64_t ticket = executor_.Submit([this, buffer, shard, owned, rank]() -> absl::Status {
+    float* data = buffer.data<float>();
+    RETURN_IF_ERROR(comm_.ReduceScatterSum(data, shard));
+    const float* reduced = data + static_cast<int64_t>(rank) * shard;
+    for (int64_t i = 0; i < shard; ++i) owned[i] += reduced[i];
+    return absl::OkStatus();
+  });
+  if (cache_slot >= 0) cache_ticket_[cache_slot] = ticket;
+}
+
+absl::Status Zero2State::BeginPass() {
+  double active = 1.0;
+  return executor_.Run([&] { return comm_.AllReduce(&active, 1, ReduceOp::kMax); });
+}
+
+absl::Status Zero2State::Acquire(int group, ModelTensors& grads) {
+  CHECK(!open_[group].has_value()) << "group " << group << " acquired twice";
+  ASSIGN_OR_RETURN(Tensor buffer, TakeBuffer(group));
+  BindGroupTensors(weights_, group, buffer.data<float>(), grads);
+  open_[group] = std::move(buffer);
+  return absl::OkStatus();
+}
+
+absl::Status Zero2State::Release(int group) {
+  CHECK(open_[group].has_value()) << "group " << group << " released without Acquire";
+  Tensor buffer = *std::move(open_[group]);
+  open_[group].reset();
+  QueueReduceScatter(group, std::move(buffer), open_slot_[group]);
+  open_slot_[group] = -1;
+  return absl::OkStatus();
+}
+
+// The release order of a real pass: final, layers L-1 .. 0, embed.
+absl::Status Zero2State::EmptyPass() {
+  const int L = weights_.config().num_hidden_layers;
+  std::vector<int> order = {weights_.final_group()};
+  for (int l = L - 1; l >= 0; --l) order.push_back(weights_.layer_group(l));
+  order.push_back(weights_.embed_group());
+  for (int group : order) {
+    ASSIGN_OR_RETURN(Tensor buffer, TakeBuffer(group));
+    QueueReduceScatter(group, std::move(buffer), open_slot_[group]);
+    open_slot_[group] = -1;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Zero2State::FinishBackward() {
+  int empty_passes = 0;
+  while (true) {
+    double active = 0.0;
+    RETURN_IF_ERROR(executor_.Run([&] { return comm_.AllReduce(&active, 1, ReduceOp::kMax); }));
+    if (active == 0.0) break;
+    RETURN_IF_ERROR(EmptyPass());
+    ++empty_passes;
+  }
+  RETURN_IF_ERROR(executor_.WaitAll());
+  return empty_passes;
+}
+
+absl::StatusOr<double> Zero2State::GlobalGradNorm() {
+  double sum = 0;
+  for (const Tensor& g : grad_) sum += backend_.SumSquares(g);
+  RETURN_IF_ERROR(executor_.Run([&] { return comm_.AllReduce(&sum, 1, ReduceOp::kSum); }));
+  return std::sqrt(sum);
+}
+
+absl::Status Zero2State::Step(const AdamWHyperParams& hyper, double lr, int64_t step,
+                              float grad_scale) {
+  AdamWParams params;
+  params.lr = lr;
+  params.beta1 = hyper.beta1;
+  params.beta2 = hyper.beta2;
+  params.eps = hyper.eps;
+  params.step = step;
+  params.grad_scale = grad_scale;
+  const int rank = comm_.rank();
+  auto& groups = weights_.groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    ParameterGroup& group = groups[g];
+    const int64_t begin = rank * shard_[g], end = begin + shard_[g];
+    // Each tensor's part inside [begin, end), with its own weight decay.
+    int64_t offset = 0;
+    for (size_t i = 0; i < group.tensors.size(); ++i) {
+      const int64_t n = group.tensors[i].numel();
+      const int64_t a = std::max(offset, begin), b = std::min(offset + n, end);
+      offset += n;
+      if (a >= b) continue;
+      const ParamKind kind = group.specs[i].kind;
+      params.weight_decay =
+          (kind == ParamKind::kNorm || kind == ParamKind::kBias) ? 0.0 : hyper.weight_decay;
+      Tensor w = group.flat.Rows(a, b);
+      Tensor dw = grad_[g].Rows(a - begin, b - begin);
+      Tensor m = m_[g].Rows(a - begin, b - begin);
+      Tensor v = v_[g].Rows(a - begin, b - begin);
+      backend_.AdamW(w, dw, m, v, params);
+    }
+    float* data = group.flat.data<float>();
+    const int64_t shard = shard_[g];
+    executor_.Submit([this, data, shard] { return comm_.AllGather(data, shard); });
+  }
+  return executor_.WaitAll();
+}
+
+}  // namespace sbp

@@ -1,0 +1,93 @@
+// ZeRO-2 on one rank. Every rank keeps the full compute weights (a
+// ParameterStore padded so that each group splits into world_size equal
+// shards); rank r owns elements [r*S, (r+1)*S) of every group (S = padded
+// size / world_size): their fp32 gradient shard and Adam moments, and uses
+// the weights' own elements there as fp32 master weights.
+//
+// As the engine's GradientSink it hands the backward a zeroed group-sized
+// buffer for each group and, when the group is complete, reduce-scatters it
+// on the communication thread and adds the owned chunk to the gradient
+// shard. Layers share two buffers (the one-layer cache, double-buffered: the
+// reduce-scatter of layer l runs while layer l-1 accumulates); the embedding
+// and final groups get a buffer of their own for as long as they are open.
+//
+// Ranks may run different numbers of backward passes in a step (uneven
+// data): each pass starts with an all-reduce of an "active" flag, and a rank
+// that has finished its own passes joins the others' with empty passes
+// (zero contributions) until no rank is active.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+#include "worker/dist/comm_executor.h"
+#include "worker/dist/communicator.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/parameter_store.h"
+
+namespace sbp {
+
+struct AdamWHyperParams {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+};
+
+class Zero2State final : public GradientSink {
+ public:
+  // `weights` must be padded to a multiple of comm.world_size() and outlive
+  // this object.
+  static absl::StatusOr<std::unique_ptr<Zero2State>> Create(ParameterStore& weights,
+                                                            Communicator& comm, Backend& backend);
+  ~Zero2State() override;
+
+  // GradientSink.
+  absl::Status BeginPass() override;
+  absl::Status Acquire(int group, ModelTensors& grads) override;
+  absl::Status Release(int group) override;
+
+  // Zeroes the gradient shards (start of a step).
+  void ZeroGradients();
+  // Ends the step's backward on this rank: joins the other ranks' remaining
+  // passes, then waits for every reduce-scatter. Returns the number of empty
+  // passes this rank joined.
+  absl::StatusOr<int> FinishBackward();
+  // sqrt of the sum of squares of the whole (global) gradient.
+  absl::StatusOr<double> GlobalGradNorm();
+  // AdamW on the owned shard of every group with gradients times
+  // `grad_scale`, then the all-gather that gives every rank the new weights.
+  absl::Status Step(const AdamWHyperParams& hyper, double lr, int64_t step, float grad_scale);
+
+  int64_t shard_elements(int group) const { return shard_[group]; }
+  std::vector<Tensor>& gradient_shards() { return grad_; }
+  std::vector<Tensor>& exp_avg_shards() { return m_; }
+  std::vector<Tensor>& exp_avg_sq_shards() { return v_; }
+  Communicator& communicator() { return comm_; }
+  // Seconds the training thread waited on communication so far.
+  double comm_wait_seconds() const { return executor_.blocked_seconds(); }
+
+ private:
+  Zero2State(ParameterStore& weights, Communicator& comm, Backend& backend);
+  // A zero-filled buffer with group `group`'s layout.
+  absl::StatusOr<Tensor> TakeBuffer(int group);
+  // Queues the reduce-scatter of `buffer` into group `group`'s shard.
+  void QueueReduceScatter(int group, Tensor buffer, int cache_slot);
+  absl::Status EmptyPass();
+  bool is_layer(int group) const;
+
+  ParameterStore& weights_;
+  Communicator& comm_;
+  Backend& backend_;
+  std::vector<int64_t> shard_;        // shard elements per group
+  std::vector<Tensor> grad_, m_, v_;  // owned shards per group
+  Tensor cache_[2];                   // the one-layer cache
+  int64_t cache_ticket_[2] = {0, 0};  // reduce-scatter using each slot
+  int next_slot_ = 0;
+  std::vector<std::optional<Tensor>> open_;  // buffers handed to the backward
+  std::vector<int> open_slot_;               // cache slot of an open layer, -1 otherwise
+  CommExecutor executor_;
+};
+
+}  // namespace sbp

@@ -1,0 +1,33 @@
+// Checkpoints of a ZeRO-2 run: the directory layout of checkpoint.h, except
+// that the optimizer state is one file per rank,
+//   optimizer-rank-00001-of-00004.safetensors  "exp_avg.<group>", "exp_avg_sq.<group>"
+// holding that rank's shard of every parameter group. Rank 0 prepares the
+// staging directory, every rank writes its shard, rank 0 writes the weights
+// (identical on every rank after the step's all-gather) and the trainer
+// state and commits; barriers order the phases and rank 0's outcome is
+// broadcast, so every rank returns the same verdict.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/dist/zero2_state.h"
+#include "worker/engine/parameter_store.h"
+#include "worker/train/checkpoint.h"
+
+namespace sbp {
+
+std::string OptimizerShardFileName(int rank, int world_size);
+
+// Called by every rank with the same `state`.
+absl::Status SaveShardedCheckpoint(const std::string& run_dir, const ParameterStore& weights,
+                                   Zero2State& zero, const TrainerState& state, int64_t keep_last);
+
+// Every rank loads the weights, the trainer state and its own optimizer
+// shard. FailedPrecondition when the checkpoint was written by a different
+// number of ranks (or by a single worker).
+absl::StatusOr<TrainerState> LoadShardedCheckpoint(const std::string& checkpoint_dir,
+                                                   ParameterStore& weights, Zero2State& zero);
+
+}  // namespace sbp
