@@ -7,6 +7,7 @@
 #include "client/cli_common.h"
 #include "client/coordinator_client.h"
 #include "client/grad_command.h"
+#include "client/health_command.h"
 #include "client/job_commands.h"
 #include "client/model_command.h"
 #include "client/run_command.h"
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", global.tls_ca, "PEM roots: connect to the coordinator with TLS");
   int exit_code = sbp::cli::kExitOk;
   sbp::cli::AddJobCommands(app, &global, &exit_code);
+  sbp::cli::AddHealthCommand(app, &global, &exit_code);
   sbp::cli::AddRunCommand(app, &exit_code);
   sbp::cli::AddModelCommand(app, &exit_code);
   sbp::cli::AddGradCommand(app, &exit_code);
