@@ -10,6 +10,7 @@
 #include "client/health_command.h"
 #include "client/job_commands.h"
 #include "client/model_command.h"
+#include "client/plan_command.h"
 #include "client/run_command.h"
 #include "client/train_command.h"
 #include "common/version.h"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   sbp::cli::AddModelCommand(app, &exit_code);
   sbp::cli::AddGradCommand(app, &exit_code);
   sbp::cli::AddBenchCommand(app, &exit_code);
+  sbp::cli::AddPlanCommand(app, &exit_code);
   sbp::cli::AddTrainCommand(app, &exit_code);
   try {
     app.parse(argc, argv);

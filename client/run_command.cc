@@ -181,6 +181,7 @@ int RunJob(const RunArgs& args) {
   options.db_path = (fs::path(state->path()) / "coordinator.db").string();
   options.client_token = RandomToken();
   options.worker_token = RandomToken();
+  options.work_dir = ".";  // where the local workers resolve the spec's paths
   absl::StatusOr<std::unique_ptr<server::Coordinator>> coordinator =
       server::Coordinator::Start(options);
   if (!coordinator.ok()) return ReportError("run", coordinator.status());

@@ -243,6 +243,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   JobManagerOptions manager_options;
   manager_options.lease = absl::Seconds(options.lease_seconds);
   manager_options.stall = absl::Seconds(options.stall_seconds);
+  manager_options.work_dir = options.work_dir;
   ASSIGN_OR_RETURN(impl->manager,
                    JobManager::Create(impl->store.get(), impl->metrics.get(), impl->hub.get(),
                                       impl->rendezvous.get(), manager_options));

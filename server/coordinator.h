@@ -18,6 +18,9 @@ struct CoordinatorOptions {
   std::string client_token, worker_token;   // "" = no auth for that role (log a warning)
   std::string tls_cert_path, tls_key_path;  // both or neither
   int lease_seconds = 15, stall_seconds = 600;
+  // Where relative model paths of job specs resolve for memory planning at
+  // submit (as workers resolve them under their --work-dir); "": not resolved.
+  std::string work_dir;
 };
 
 class Coordinator {

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/admission.h"
 #include "server/job_state.h"
 #include "server/metrics.h"
 #include "server/records.h"
@@ -47,6 +48,9 @@ struct JobManagerOptions {
   absl::Duration lease = absl::Seconds(15);
   absl::Duration stall = absl::Seconds(600);
   absl::Duration schedule_interval = absl::Seconds(1);  // timer pass of the scheduler
+  // Relative model paths of job specs resolve here for memory planning at
+  // submit; "" leaves them unresolved (see server/admission.h).
+  std::string work_dir;
 };
 
 struct SubmitResult {
@@ -222,6 +226,8 @@ class JobManager {
   absl::StatusOr<std::string> NewJobId(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewWorkerId(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateWorkerCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device and memory of every worker that is not lost (admission).
+  std::vector<WorkerCapacity> LiveWorkerCapacities() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/admission.h"
 #include "server/job_manager.h"
 #include "server/job_manager_internal.h"
 #include "worker/train/job_spec.h"
@@ -78,6 +79,8 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
   const JobSpec& spec = *parsed;
   RETURN_IF_ERROR(CheckSpecLimits(spec));
   const std::string spec_json = JobSpecToJson(spec);
+  // The memory plan reads the model's config.json: outside the lock.
+  const AdmissionPlan admission = PlanAdmission(spec, options_.work_dir);
 
   absl::MutexLock lock(&mu_);
   if (!request_id.empty()) {
@@ -91,6 +94,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
       return SubmitResult{std::move(*existing), false};
     }
   }
+  RETURN_IF_ERROR(CheckAdmission(spec, admission, LiveWorkerCapacities()));
   const absl::Time now = absl::Now();
   JobRecord job;
   ASSIGN_OR_RETURN(job.id, NewJobId(spec.name));
@@ -102,12 +106,13 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
   job.priority = static_cast<int>(spec.priority);
   job.world_size = static_cast<int>(spec.resources.world_size);
   job.device = spec.resources.device;
-  job.required_memory_bytes = spec.resources.memory_bytes;
+  job.required_memory_bytes = admission.required_memory_bytes;
   job.request_id = request_id;
   job.created_at = now;
   Change change;
   change.insert = true;
   AddTransition(job, change, JobState::kPending, "submitted");
+  if (!admission.note.empty()) AddMessage(job, change, admission.note);
   RETURN_IF_ERROR(Save(job, JobState::kUnspecified, std::move(change)));
   LOG(INFO) << "job " << job.id << " submitted (world_size " << job.world_size << ", "
             << DeviceName(job.device) << ")";
@@ -181,6 +186,14 @@ absl::StatusOr<std::vector<JobEventRecord>> JobManager::Events(const std::string
   ASSIGN_OR_RETURN(std::optional<JobRecord> job, store_->FindJob(id));
   if (!job) return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
   return store_->ListEvents(id, after_sequence, kMaxEventsPerCall);
+}
+
+std::vector<WorkerCapacity> JobManager::LiveWorkerCapacities() const {
+  std::vector<WorkerCapacity> out;
+  for (const auto& [id, w] : workers_) {
+    if (!w.record.lost) out.push_back({id, w.record.device, w.record.memory_bytes});
+  }
+  return out;
 }
 
 std::vector<WorkerView> JobManager::ListWorkers() {

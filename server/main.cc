@@ -7,6 +7,8 @@
 //   --tls-cert FILE --tls-key FILE   serve TLS (both or neither)
 //   --lease-seconds N           worker lease (default 15)
 //   --stall-seconds N           fail an attempt without progress for N s (default 600)
+//   --work-dir DIR              relative model paths of job specs resolve here for
+//                               memory planning at submit (default: not resolved)
 // SIGTERM or SIGINT shuts down gracefully. Exit codes: 0 clean stop, 1 could
 // not start, 2 bad flags.
 #include <signal.h>
@@ -71,6 +73,11 @@ int Run(int argc, char** argv) {
                  "A running attempt without progress for this long is failed and retried")
       ->capture_default_str()
       ->check(CLI::Range(1, 7 * 86400));
+  app.add_option("--work-dir", options.work_dir,
+                 "Directory that relative model paths in job specs resolve against for memory "
+                 "planning at submit, as workers' --work-dir (default: relative paths are not "
+                 "planned; absolute paths and preset names are)")
+      ->check(CLI::ExistingDirectory);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/byte_size.h"
 #include "server/records.h"
 
@@ -15,6 +16,18 @@ std::string Workers(int64_t n) { return n == 1 ? "worker" : "workers"; }
 
 std::string MemoryClause(int64_t bytes) {
   return bytes > 0 ? absl::StrCat(" with >= ", FormatByteSize(bytes)) : std::string();
+}
+
+// "; fits: w1, w2" naming the workers with enough memory (at most kNamed),
+// when the memory requirement rules some out.
+constexpr size_t kNamed = 5;
+std::string FitsClause(const std::vector<std::string>& fitting, int64_t too_small) {
+  if (too_small == 0 || fitting.empty()) return "";
+  std::vector<std::string> named(fitting.begin(),
+                                 fitting.begin() + std::min(fitting.size(), kNamed));
+  std::string clause = absl::StrCat("; fits: ", absl::StrJoin(named, ", "));
+  if (fitting.size() > kNamed) absl::StrAppend(&clause, " and ", fitting.size() - kNamed, " more");
+  return clause;
 }
 
 }  // namespace
@@ -39,6 +52,7 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
   for (const SchedulerJob& job : jobs) {
     const std::string device(DeviceName(job.device));
     std::vector<size_t> candidates;
+    std::vector<std::string> fitting;  // ids of the workers with enough memory
     int64_t on_device = 0, eligible = 0, busy = 0, held = 0, too_small = 0;
     std::string holder;
     for (size_t i : order) {
@@ -50,6 +64,7 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
         continue;
       }
       ++eligible;
+      fitting.push_back(w.id);
       if (free[i]) {
         candidates.push_back(i);
       } else if (auto it = held_for.find(i); it != held_for.end()) {
@@ -78,7 +93,7 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
                             MemoryClause(job.memory_bytes), " but only ");
       if (job.memory_bytes > 0) {
         absl::StrAppend(&reason, eligible, " of ", on_device, " registered ", device,
-                        " workers have enough memory");
+                        " workers have enough memory", FitsClause(fitting, too_small));
       } else {
         absl::StrAppend(&reason, on_device, " ", on_device == 1 ? "is" : "are", " registered");
       }
@@ -88,7 +103,7 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
                             MemoryClause(job.memory_bytes), "; ", candidates.size(), " idle (",
                             busy, " busy, ", too_small, " too small");
       if (held > 0) absl::StrAppend(&reason, ", ", held, " held for earlier job ", holder);
-      absl::StrAppend(&reason, ")");
+      absl::StrAppend(&reason, ")", FitsClause(fitting, too_small));
       // The job fits the cluster: keep the idle workers it could use for it.
       for (size_t i : candidates) {
         free[i] = false;

@@ -39,7 +39,8 @@ struct Placement {
 
 struct WaitingJob {
   std::string job_id;
-  std::string reason;  // "needs 2 idle cpu workers with >= 9.1 GiB; 1 idle (1 busy, 0 too small)"
+  // "needs 2 idle cpu workers with >= 9.1 GiB; 1 idle (1 busy, 1 too small); fits: w1, w2"
+  std::string reason;
 };
 
 struct ScheduleResult {

@@ -72,13 +72,14 @@ TEST(SchedulerTest, MemoryFiltering) {
                                Worker("big2", false, 10 * kGiB)});
   EXPECT_TRUE(r.placements.empty());
   EXPECT_EQ(ReasonOf(r, "j"),
-            "needs 2 idle cpu workers with >= 9.1 GiB; 1 idle (1 busy, 1 too small)");
+            "needs 2 idle cpu workers with >= 9.1 GiB; 1 idle (1 busy, 1 too small); "
+            "fits: big1, big2");
 
   r = Schedule({Job("j", 1, 2, 0, need)},
                {Worker("small", true, 8 * kGiB), Worker("big1", true, 10 * kGiB)});
   EXPECT_EQ(ReasonOf(r, "j"),
             "needs 2 cpu workers with >= 9.1 GiB but only 1 of 2 registered cpu workers have "
-            "enough memory; waiting for workers to join");
+            "enough memory; fits: big1; waiting for workers to join");
 
   // Smallest sufficient workers first; large ones stay for large jobs.
   r = Schedule({Job("j", 1, 1, 0, 4 * kGiB)},

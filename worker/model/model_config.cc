@@ -414,6 +414,8 @@ std::vector<std::pair<std::string, ModelConfig>> Presets() {
   presets.emplace_back("qwen3-1.7b", Qwen3Shape(151936, 2048, 28, 16, 8, 128, 6144, true));
   presets.emplace_back("qwen3-4b", Qwen3Shape(151936, 2560, 36, 32, 8, 128, 9728, true));
   presets.emplace_back("qwen3-8b", Qwen3Shape(151936, 4096, 36, 32, 8, 128, 12288, false));
+  presets.emplace_back("qwen3-14b", Qwen3Shape(151936, 5120, 40, 40, 8, 128, 17408, false));
+  presets.emplace_back("qwen3-32b", Qwen3Shape(151936, 5120, 64, 64, 8, 128, 25600, false));
   return presets;
 }
 

@@ -72,7 +72,8 @@ absl::Status ValidateModelConfig(const ModelConfig& config, absl::string_view so
 std::string ModelConfigToJson(const ModelConfig& config);
 
 // Named presets: tiny-qwen3, tiny-llama, tiny-qwen2, bench-qwen3, qwen3-0.6b,
-// qwen3-1.7b, qwen3-4b, qwen3-8b. NotFound (listing the names) otherwise.
+// qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b. NotFound (listing the
+// names) otherwise.
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name);
 std::vector<std::string> PresetNames();
 

@@ -124,7 +124,7 @@ std::string ErrorOf(absl::string_view text) {
 }
 
 TEST(ModelConfig, EveryPresetRoundTripsThroughJson) {
-  ASSERT_EQ(PresetNames().size(), 8u);
+  ASSERT_EQ(PresetNames().size(), 10u);
   for (const std::string& name : PresetNames()) {
     SCOPED_TRACE(name);
     auto preset = PresetConfig(name);
@@ -185,6 +185,19 @@ TEST(ModelConfig, PresetShapes) {
   EXPECT_EQ(b8.intermediate_size, 12288);
   EXPECT_FALSE(b8.tie_word_embeddings);
   EXPECT_TRUE(PresetConfig("qwen3-4b")->tie_word_embeddings);
+  ModelConfig b14 = *PresetConfig("qwen3-14b");
+  EXPECT_EQ(b14.hidden_size, 5120);
+  EXPECT_EQ(b14.intermediate_size, 17408);
+  EXPECT_EQ(b14.num_hidden_layers, 40);
+  EXPECT_EQ(b14.num_attention_heads, 40);
+  EXPECT_EQ(b14.num_key_value_heads, 8);
+  EXPECT_FALSE(b14.tie_word_embeddings);
+  ModelConfig b32 = *PresetConfig("qwen3-32b");
+  EXPECT_EQ(b32.intermediate_size, 25600);
+  EXPECT_EQ(b32.num_hidden_layers, 64);
+  EXPECT_EQ(b32.num_attention_heads, 64);
+  EXPECT_EQ(b32.head_dim, 128);
+  EXPECT_EQ(b32.max_position_embeddings, 40960);
   EXPECT_EQ(PresetConfig("qwen3-1.7b")->intermediate_size, 6144);
 }
 
@@ -503,6 +516,9 @@ TEST(ParameterSpecs, KnownParameterCounts) {
   EXPECT_EQ(ParameterCount(*PresetConfig("qwen3-0.6b")), 596049920);
   EXPECT_EQ(ParameterCount(*PresetConfig("qwen3-4b")), 4022468096);
   EXPECT_EQ(ParameterCount(*PresetConfig("qwen3-8b")), 8190735360);
+  // Published: Qwen3-14B 14.8B, Qwen3-32B 32.8B (untied).
+  EXPECT_EQ(ParameterCount(*PresetConfig("qwen3-14b")), 14768307200);
+  EXPECT_EQ(ParameterCount(*PresetConfig("qwen3-32b")), 32762123264);
   // Published totals of Qwen2.5-0.5B (494,032,768) and TinyLlama-1.1B (1,100,048,384).
   EXPECT_EQ(ParameterCount(*ParseModelConfig(kQwen25_0_5B, "c")), 494032768);
   EXPECT_EQ(ParameterCount(*ParseModelConfig(kTinyLlama, "c")), 1100048384);

@@ -1,0 +1,236 @@
+#include "server/admission.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/byte_size.h"
+#include "server/job_manager.h"
+#include "server/records.h"
+
+namespace sbp::server {
+namespace {
+
+struct ConfigSource {
+  std::optional<ModelConfig> config;
+  std::string where;    // "examples/models/m/config.json" or "preset qwen3-8b"
+  std::string problem;  // why there is no config
+};
+
+// config.json of the spec's model directory, else a preset of that name.
+ConfigSource FindModelConfig(const std::string& model, const std::string& work_dir) {
+  ConfigSource out;
+  std::string problem;
+  if (std::filesystem::path(model).is_absolute() || !work_dir.empty()) {
+    const std::string file =
+        (std::filesystem::path(ResolveJobPath(work_dir, model)) / "config.json").string();
+    absl::StatusOr<ModelConfig> config = LoadModelConfig(file);
+    if (config.ok()) {
+      out.config = *std::move(config);
+      out.where = file;
+      return out;
+    }
+    problem = std::string(config.status().message());
+    if (config.status().code() != absl::StatusCode::kNotFound) {
+      out.problem = problem;  // a broken config.json is not replaced by a preset
+      return out;
+    }
+  } else {
+    problem = absl::StrCat("the model path '", model,
+                           "' is relative and the coordinator has no --work-dir to resolve it");
+  }
+  absl::StatusOr<ModelConfig> preset = PresetConfig(model);
+  if (preset.ok()) {
+    out.config = *std::move(preset);
+    out.where = absl::StrCat("preset ", model);
+    return out;
+  }
+  out.problem = std::move(problem);
+  return out;
+}
+
+// The least worker memory whose usable share holds `peak` bytes.
+int64_t RequiredMemory(int64_t peak, double margin) {
+  int64_t memory = static_cast<int64_t>(std::ceil(static_cast<double>(peak) / (1 - margin)));
+  while (UsableBytes(memory, margin) < peak) ++memory;
+  return memory;
+}
+
+std::string Percent(double fraction) { return absl::StrCat(std::round(fraction * 100), "%"); }
+
+// "stream mode at seq_len 8192 with chunk_tokens 64 and logits_chunk_tokens 64".
+std::string Describe(const PlanRequest& r, const MemoryPlan& plan) {
+  std::string text = absl::StrCat(BackwardModeName(r.mode), " mode at seq_len ", r.seq_len);
+  if (r.world_size > 1) absl::StrAppend(&text, " on ", r.world_size, " workers (ZeRO-2)");
+  if (r.mode == BackwardMode::kStream) {
+    absl::StrAppend(&text, " with chunk_tokens ", plan.chunk_tokens, " and logits_chunk_tokens ",
+                    plan.logits_chunk_tokens);
+  }
+  return text;
+}
+
+std::string Need(const AdmissionPlan& plan) {
+  const int64_t needed = RequiredMemory(plan.minimum.peak_bytes, plan.safety_margin);
+  return absl::StrCat(FormatByteSize(needed), " (", needed,
+                      " bytes) per worker: ", Describe(plan.request, plan.minimum), " peaks at ",
+                      FormatByteSize(plan.minimum.peak_bytes), " (",
+                      SummarizeBreakdown(plan.minimum), ") plus a ", Percent(plan.safety_margin),
+                      " safety margin");
+}
+
+// What would fit a worker of `memory` bytes, in the spec's terms.
+std::vector<std::string> Suggestions(const AdmissionPlan& plan, int64_t memory) {
+  std::vector<std::string> out;
+  const double margin = plan.safety_margin;
+  const PlanRequest& r = plan.request;
+  auto fits = [&](const PlanRequest& trial) { return PlanAutoChunks(trial, memory, margin); };
+  PlanRequest stream = r;
+  stream.mode = BackwardMode::kStream;
+  stream.chunk_tokens = stream.logits_chunk_tokens = 0;
+  if (r.mode != BackwardMode::kStream && fits(stream).ok()) {
+    out.push_back("streambp.mode: stream (StreamBP never holds T x V logits)");
+  }
+  if (r.mode == BackwardMode::kStream && (r.chunk_tokens > 0 || r.logits_chunk_tokens > 0)) {
+    if (absl::StatusOr<MemoryPlan> smaller = fits(stream); smaller.ok()) {
+      out.push_back(absl::StrCat("smaller chunks: streambp.chunk_tokens: ", smaller->chunk_tokens,
+                                 ", logits_chunk_tokens: ", smaller->logits_chunk_tokens,
+                                 " (or auto)"));
+    }
+  }
+  for (const PlanRequest* base : std::vector<const PlanRequest*>{&r, &stream}) {
+    if (base == &stream && r.mode == BackwardMode::kStream) break;
+    PlanRequest more = *base;
+    bool found = false;
+    for (int64_t n = r.world_size + 1; n <= kMaxWorldSize && !found; ++n) {
+      more.world_size = n;
+      found = fits(more).ok();
+    }
+    if (found) {
+      out.push_back(absl::StrCat("more workers: resources.world_size: ", more.world_size,
+                                 base == &stream ? " with streambp.mode: stream" : "",
+                                 " (ZeRO-2 shards gradients and optimizer state)"));
+      break;
+    }
+  }
+  const bool more_workers_fit = !out.empty() && absl::StartsWith(out.back(), "more workers");
+  if (absl::StatusOr<int64_t> longest = MaxSequenceLength(r, memory, margin);
+      longest.ok() && *longest > 0) {
+    out.push_back(absl::StrCat("a shorter seq_len: at most ", *longest, " tokens in ",
+                               BackwardModeName(r.mode), " mode"));
+  } else if (!more_workers_fit) {
+    // Neither alone: the fewest workers (powers of two) whose shards leave
+    // room for some sequence in stream mode, and how long it may be.
+    for (int64_t n = 2; n <= kMaxWorldSize; n *= 2) {
+      if (n <= r.world_size) continue;
+      PlanRequest sharded = stream;
+      sharded.world_size = n;
+      absl::StatusOr<int64_t> longest = MaxSequenceLength(sharded, memory, margin);
+      if (!longest.ok() || *longest == 0) continue;
+      out.push_back(absl::StrCat("more workers and a shorter sequence: resources.world_size: ", n,
+                                 " with seq_len at most ", *longest,
+                                 " tokens in stream mode (ZeRO-2 shards gradients and "
+                                 "optimizer state)"));
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
+  PlanRequest r;
+  r.config = config;
+  r.seq_len = spec.seq_len;
+  r.mode = spec.streambp.mode;
+  r.chunk_tokens = spec.streambp.chunk_tokens;
+  r.logits_chunk_tokens = spec.streambp.logits_chunk_tokens;
+  r.precision = spec.train.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+  r.world_size = spec.resources.world_size;
+  switch (spec.objective) {
+    case Objective::kSft:
+      r.objective = PlanObjective::kSft;
+      break;
+    case Objective::kDpo:
+      r.objective = PlanObjective::kDpo;
+      break;
+    case Objective::kGrpo:
+      r.objective = PlanObjective::kGrpo;
+      break;
+  }
+  r.reference_model = spec.objective == Objective::kDpo ||
+                      (spec.objective == Objective::kGrpo && spec.grpo.beta > 0);
+  r.device = spec.resources.device;
+  r.optimizer_state = true;
+  return r;
+}
+
+AdmissionPlan PlanAdmission(const JobSpec& spec, const std::string& work_dir) {
+  AdmissionPlan out;
+  out.required_memory_bytes = spec.resources.memory_bytes;
+  const ConfigSource source = FindModelConfig(spec.model, work_dir);
+  if (!source.config.has_value()) {
+    out.note = absl::StrCat("memory not planned: ", source.problem,
+                            "; admitted without a planned memory requirement");
+    return out;
+  }
+  out.request = PlanRequestForSpec(spec, *source.config);
+  absl::StatusOr<MemoryPlan> minimum = PlanMinimum(out.request);
+  if (!minimum.ok()) {
+    out.note = absl::StrCat("memory not planned (", source.where, "): ", minimum.status().message(),
+                            "; admitted without a planned memory requirement");
+    return out;
+  }
+  out.planned = true;
+  out.minimum = *std::move(minimum);
+  out.safety_margin = DefaultSafetyMargin(spec.resources.device);
+  const int64_t needed = RequiredMemory(out.minimum.peak_bytes, out.safety_margin);
+  if (spec.resources.memory_bytes <= 0) out.required_memory_bytes = needed;
+  out.note = absl::StrCat("memory plan from ", source.where, ": needs ", Need(out));
+  if (out.request.mode == BackwardMode::kStream &&
+      (out.request.chunk_tokens == 0 || out.request.logits_chunk_tokens == 0)) {
+    absl::StrAppend(&out.note, "; auto chunk sizes grow with the worker's memory");
+  }
+  return out;
+}
+
+absl::Status CheckAdmission(const JobSpec& spec, const AdmissionPlan& plan,
+                            const std::vector<WorkerCapacity>& workers) {
+  if (!plan.planned) return absl::OkStatus();
+  const int64_t needed = RequiredMemory(plan.minimum.peak_bytes, plan.safety_margin);
+  if (spec.resources.memory_bytes > 0 && spec.resources.memory_bytes < needed) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "resources.memory: ", FormatByteSize(spec.resources.memory_bytes),
+        " is less than the job needs: ", Need(plan), "; raise resources.memory to at least ",
+        FormatByteSize(needed), " or leave it out"));
+  }
+  const std::string device(DeviceName(spec.resources.device));
+  int64_t registered = 0, largest = 0;
+  for (const WorkerCapacity& w : workers) {
+    if (w.device != spec.resources.device) continue;
+    ++registered;
+    largest = std::max(largest, w.memory_bytes);
+  }
+  // No worker of this device yet: the job waits for one (the scheduler says so).
+  if (registered == 0 || largest >= needed) return absl::OkStatus();
+  std::string message =
+      absl::StrCat("the job fits no registered ", device, " worker: it needs ", Need(plan),
+                   ", but the largest of ", registered, " registered ", device, " ",
+                   registered == 1 ? "worker has " : "workers has ", FormatByteSize(largest), " (",
+                   largest, " bytes)");
+  const std::vector<std::string> suggestions = Suggestions(plan, largest);
+  if (suggestions.empty()) {
+    absl::StrAppend(&message, "; no chunk size, mode or world size fits: the model state alone is ",
+                    FormatByteSize(plan.minimum.model_state_bytes), " per worker");
+  } else {
+    absl::StrAppend(&message, ". To fit a ", FormatByteSize(largest),
+                    " worker: ", absl::StrJoin(suggestions, "; "));
+  }
+  return absl::ResourceExhaustedError(message);
+}
+
+}  // namespace sbp::server

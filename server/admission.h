@@ -1,0 +1,57 @@
+// Admission at submit: the memory planner's requirement per worker for a job
+// spec, and the check that some registered worker class (device, memory) can
+// hold it. A job no registered worker of its device can hold is refused with
+// RESOURCE_EXHAUSTED, the planner's numbers and what would make it fit; a job
+// that fits some workers is admitted with that requirement, and the scheduler
+// then places it only on workers that have it.
+//
+// The model's shape comes from config.json in the spec's model directory:
+// absolute paths as they are, relative ones under the coordinator's work
+// directory (as workers resolve them under theirs); or from a preset of that
+// name. When neither is readable the job is admitted unplanned and the job's
+// events say why.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "kernels/dtype.h"
+#include "worker/engine/planner.h"
+#include "worker/train/job_spec.h"
+
+namespace sbp::server {
+
+struct AdmissionPlan {
+  bool planned = false;               // the planner ran (the model's shape was found)
+  int64_t required_memory_bytes = 0;  // per worker; 0: no requirement
+  std::string note;                   // for the job's events: the plan, or why there is none
+  PlanRequest request;                // what was planned (when planned)
+  MemoryPlan minimum;                 // the least memory the job runs in (when planned)
+  double safety_margin = 0;
+};
+
+// The planner's request for a job spec (chunk sizes 0 stay `auto`).
+PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config);
+
+// Plans `spec`. `work_dir` resolves relative model paths; "" leaves them
+// unresolved (only absolute paths and preset names are planned). Reads files;
+// call without locks held.
+AdmissionPlan PlanAdmission(const JobSpec& spec, const std::string& work_dir);
+
+struct WorkerCapacity {
+  std::string id;
+  DeviceKind device = DeviceKind::kCpu;
+  int64_t memory_bytes = 0;
+};
+
+// OK when the job is unplanned, when no worker of its device is registered
+// (it waits for one), or when one of them has the required memory; else
+// RESOURCE_EXHAUSTED with the planner's numbers and suggestions. A spec that
+// sets resources.memory below the requirement is refused the same way.
+absl::Status CheckAdmission(const JobSpec& spec, const AdmissionPlan& plan,
+                            const std::vector<WorkerCapacity>& workers);
+
+}  // namespace sbp::server

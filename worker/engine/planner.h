@@ -1,0 +1,150 @@
+// The memory planner: peak bytes per worker of one training step, as a
+// breakdown, from the model config and the run's settings — before anything
+// is allocated. It models the engine's allocations one by one (the same
+// buffers, shapes, lifetimes and allocator rounding as engine.cc,
+// layer_buffers.cc, parameter_store.cc and the trainer's optimizer), so on the
+// CPU its peak is the allocator's measured peak_bytes(). Phases of a step and
+// what is live in each (T tokens, L layers, C = chunk rows, LC = logits rows):
+//
+//   lm_head             model state + L+1 layer inputs + K/V and chunk buffers
+//                       (L sets in full mode, 1 otherwise) + dL/dhidden + the
+//                       head's LC x V logits (and, outside stream mode, their
+//                       separate LC x V gradient) + objective scratch
+//   layer_backward      model state + L layer inputs + the same K/V and chunk
+//                       buffers + dL/dhidden + f32 dK/dV [T, Hkv*d] + objective scratch
+//   embedding_backward  model state + layer 0's input + dL/dhidden + dK/dV
+//                       (+ the embedding's gradient buffer under ZeRO-2)
+//
+// The forward pass and the no-grad passes of DPO/GRPO hold a subset of the
+// lm_head phase, so they never set the peak.
+//
+// Model state per worker (N = world_size, groups = embed, layer.i, final,
+// each padded to a multiple of N elements; w = weight bytes, 2 for bf16;
+// g = gradient bytes, w unless gradient_precision says otherwise):
+//   N = 1:  weights w*P, gradients g*P, AdamW moments 2*4*P, fp32 master
+//           weights 4*P when the weights are bf16 (fp32 weights are their own
+//           master).
+//   N > 1 (ZeRO-2): full weights, fp32 gradient shards P/N, master shards
+//           (bf16 only) and moments 2*4*P/N; a one-layer gradient cache of two
+//           layer-sized fp32 buffers (double-buffered), an fp32 buffer of the
+//           final group during the LM head pass, one of the embedding group
+//           during the embedding backward (tied models: from the LM head pass
+//           on), and a receive buffer of ceil(largest group / N) fp32.
+// `optimizer_state = false` (backprop only, the StreamBP paper's setup)
+// leaves out the moments and master weights.
+//
+// Device assumptions. CPU: fp32 only, 64-byte aligned allocations; the
+// kernels' per-thread scratch and OpenBLAS buffers live outside the
+// allocator and are not counted. CUDA (analytic, not yet checked against a
+// GPU): activations, logits and K/V in the compute dtype; RMSNorm and
+// attention statistics (rstd, logsumexp) and the dK/dV accumulators in f32;
+// gradients in `gradient_precision`; 256-byte allocation rounding; token ids
+// and targets on the device; a 32 MiB cuBLAS workspace from the allocator;
+// the CUDA context (600 MiB) and NCCL buffers (256 MiB, N > 1), which count
+// against the device's memory but not the allocator's. Not modelled: the
+// CUDA kernels' transient O(chunk) scratch (matmul operands rounded to bf16,
+// attention and cross-entropy partials).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/dtype.h"
+#include "worker/engine/engine.h"
+#include "worker/model/model_config.h"
+
+namespace sbp {
+
+enum class PlanObjective { kSft, kDpo, kGrpo };
+
+absl::string_view PlanObjectiveName(PlanObjective objective);  // "sft", "dpo", "grpo"
+absl::StatusOr<PlanObjective> ParsePlanObjective(absl::string_view text);
+
+struct PlanRequest {
+  ModelConfig config;
+  int64_t seq_len = 0;  // tokens of the longest sequence
+  BackwardMode mode = BackwardMode::kStream;
+  // Rows per query chunk / logits chunk; 0: the engine's automatic sizes
+  // (PlanAutoChunks chooses instead when given the memory).
+  int64_t chunk_tokens = 0;
+  int64_t logits_chunk_tokens = 0;
+  DType precision = DType::kF32;  // compute dtype of weights and activations: f32 or bf16
+  // Dtype of the full gradients with world_size 1; nullopt: `precision`.
+  // (ZeRO-2 shards and its cache are always f32.)
+  std::optional<DType> gradient_precision;
+  int64_t world_size = 1;
+  PlanObjective objective = PlanObjective::kSft;
+  // A frozen reference model (DPO; GRPO with beta > 0). nullopt: DPO and GRPO have one.
+  std::optional<bool> reference_model;
+  DeviceKind device = DeviceKind::kCpu;
+  bool optimizer_state = true;  // false: backprop only (no moments, no master weights)
+};
+
+// One named share of the peak.
+struct MemoryTerm {
+  std::string name;    // "weights", "layer_inputs", ...
+  int64_t bytes = 0;   // requested bytes (rounding is its own term)
+  std::string detail;  // shapes, e.g. "37 x [8192, 4096] bf16"
+};
+
+struct MemoryPlan {
+  int64_t peak_bytes = 0;
+  std::string peak_phase;             // "lm_head", "layer_backward", "embedding_backward"
+  std::vector<MemoryTerm> breakdown;  // live at the peak; sums to peak_bytes
+  int64_t seq_len = 0;
+  int64_t chunk_tokens = 0;  // as the engine runs them (clamped to seq_len)
+  int64_t logits_chunk_tokens = 0;
+  int64_t model_state_bytes = 0;  // the part that does not depend on seq_len
+  // Memory the device holds outside the allocator (the CUDA context, NCCL);
+  // counted in peak_bytes. The allocator's own peak_bytes() is the difference.
+  int64_t device_overhead_bytes = 0;
+  int64_t allocator_peak_bytes() const { return peak_bytes - device_overhead_bytes; }
+
+  // Bytes of the term `name` at the peak (0 when absent).
+  int64_t Term(absl::string_view name) const;
+};
+
+// Checks the request (positive sizes, precision, device) with errors naming the field.
+absl::Status ValidatePlanRequest(const PlanRequest& request);
+
+// The peak of one training step with the request's chunk sizes.
+absl::StatusOr<MemoryPlan> PlanMemory(const PlanRequest& request);
+
+// The smallest chunk sizes `auto` considers (fewer rows than this make the
+// step slow for little memory); a request's fixed sizes are kept.
+inline constexpr int64_t kMinAutoChunkTokens = 64;
+
+// The plan with the smallest automatic chunks: the least memory the request
+// can run in (what admission requires of a worker).
+absl::StatusOr<MemoryPlan> PlanMinimum(const PlanRequest& request);
+
+// Default share of a worker's memory kept free for what the model does not
+// see: 5% on the CPU, 10% on CUDA (fragmentation, library scratch).
+double DefaultSafetyMargin(DeviceKind device);
+
+// Bytes a plan may use on a worker of `memory_bytes`: memory * (1 - margin).
+int64_t UsableBytes(int64_t memory_bytes, double safety_margin);
+
+// `auto` chunk sizes: the largest chunk_tokens and logits_chunk_tokens (the
+// ones the request leaves at 0; powers of two from kMinAutoChunkTokens up to
+// seq_len, grown together, the smaller first) whose predicted peak fits in
+// UsableBytes(memory_bytes, safety_margin). Outside stream mode the engine
+// runs whole sequences, so only the fit is checked. ResourceExhausted with
+// the smallest plan's numbers when nothing fits.
+absl::StatusOr<MemoryPlan> PlanAutoChunks(const PlanRequest& request, int64_t memory_bytes,
+                                          double safety_margin);
+
+// The longest sequence (request.seq_len ignored) that PlanAutoChunks fits in
+// `memory_bytes`; 0 when not even one token fits.
+absl::StatusOr<int64_t> MaxSequenceLength(const PlanRequest& request, int64_t memory_bytes,
+                                          double safety_margin);
+
+// "weights 15.3 GiB, gradients 15.3 GiB, layer_inputs 2.1 GiB, ..." (largest
+// first, at most `max_terms`, the rest summed as "other").
+std::string SummarizeBreakdown(const MemoryPlan& plan, int max_terms = 6);
+
+}  // namespace sbp

@@ -1,0 +1,283 @@
+#include "worker/engine/planner_terms.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/allocator.h"
+
+namespace sbp::planner {
+namespace {
+
+constexpr int64_t kF32 = 4;
+constexpr int64_t kCudaAlignment = 256;  // CudaAllocator::kAlignment
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kCublasWorkspace = 32 * kMiB;
+constexpr int64_t kCudaContext = 600 * kMiB;
+constexpr int64_t kNcclBuffers = 256 * kMiB;
+
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// A parameter group's flat buffer: at least one element, padded to `pad`.
+int64_t GroupElements(int64_t numel, int64_t pad) {
+  return RoundUp(std::max<int64_t>(numel, 1), pad);
+}
+
+std::string DTypeLabel(int64_t bytes) { return bytes == 2 ? "bf16" : "f32"; }
+
+std::string Shape2(int64_t count, int64_t rows, int64_t cols, int64_t bytes) {
+  return absl::StrCat(count == 1 ? "" : absl::StrCat(count, " x "), "[", rows, ", ", cols, "] ",
+                      DTypeLabel(bytes));
+}
+
+}  // namespace
+
+LedgerTerm& Ledger::Term(absl::string_view name) {
+  for (LedgerTerm& t : terms_) {
+    if (t.name == name) return t;
+  }
+  terms_.push_back(LedgerTerm{std::string(name)});
+  return terms_.back();
+}
+
+void Ledger::Add(absl::string_view name, int64_t count, int64_t elements, int64_t element_bytes) {
+  LedgerTerm& t = Term(name);
+  const int64_t bytes = elements * element_bytes;
+  // A zero-byte request still takes one aligned block (CpuAllocator::RoundedSize).
+  const int64_t rounded = bytes == 0 ? alignment_ : RoundUp(bytes, alignment_);
+  t.bytes += count * bytes;
+  t.rounded_bytes += count * rounded;
+}
+
+void Ledger::AddOutside(absl::string_view name, int64_t bytes, std::string detail) {
+  LedgerTerm& t = Term(name);
+  t.bytes += bytes;
+  t.rounded_bytes += bytes;
+  t.detail = std::move(detail);
+  t.outside_allocator = true;
+}
+
+void Ledger::SetDetail(absl::string_view name, std::string detail) {
+  Term(name).detail = std::move(detail);
+}
+
+void Ledger::Append(const Ledger& other) {
+  for (const LedgerTerm& o : other.terms_) {
+    LedgerTerm& t = Term(o.name);
+    t.bytes += o.bytes;
+    t.rounded_bytes += o.rounded_bytes;
+    if (t.detail.empty()) t.detail = o.detail;
+    t.outside_allocator = t.outside_allocator || o.outside_allocator;
+  }
+}
+
+int64_t Ledger::total() const {
+  int64_t sum = 0;
+  for (const LedgerTerm& t : terms_) sum += t.rounded_bytes;
+  return sum;
+}
+
+int64_t Ledger::outside_total() const {
+  int64_t sum = 0;
+  for (const LedgerTerm& t : terms_) sum += t.outside_allocator ? t.rounded_bytes : 0;
+  return sum;
+}
+
+StepShape ShapeOf(const PlanRequest& r) {
+  const ModelConfig& c = r.config;
+  StepShape s;
+  s.T = r.seq_len;
+  s.stream = r.mode == BackwardMode::kStream;
+  s.keep_all = r.mode == BackwardMode::kFull;
+  // Engine::PlanChunks for a training step: whole sequences outside stream mode.
+  s.C = s.LC = s.T;
+  if (s.stream) {
+    s.C = r.chunk_tokens > 0 ? std::min(r.chunk_tokens, s.T) : AutoChunkTokens(c, s.T);
+    s.LC = r.logits_chunk_tokens > 0 ? std::min(r.logits_chunk_tokens, s.T)
+                                     : AutoLogitsChunkTokens(c, s.T);
+  }
+  s.C = std::max<int64_t>(s.C, 1);
+  s.LC = std::max<int64_t>(s.LC, 1);
+  s.L = c.num_hidden_layers;
+  s.H = c.hidden_size;
+  s.I = c.intermediate_size;
+  s.V = c.vocab_size;
+  s.q = c.q_dim();
+  s.kv = c.kv_dim();
+  s.Hq = c.num_attention_heads;
+  s.Hkv = c.num_key_value_heads;
+  s.N = r.world_size;
+  s.act_bytes = s.weight_bytes = DTypeSize(r.precision);
+  s.gradient_bytes = DTypeSize(r.gradient_precision.value_or(r.precision));
+  s.cuda = r.device == DeviceKind::kCuda;
+  s.alignment = s.cuda ? kCudaAlignment : static_cast<int64_t>(CpuAllocator::kAlignment);
+  s.embed_numel = TotalElements(EmbeddingParameterSpecs(c));
+  s.layer_numel = TotalElements(LayerParameterSpecs(c, 0));
+  s.final_numel = TotalElements(FinalParameterSpecs(c));
+  s.embed_group = GroupElements(s.embed_numel, s.N);
+  s.layer_group = GroupElements(s.layer_numel, s.N);
+  s.final_group = GroupElements(s.final_numel, s.N);
+  s.qk_norm = c.qk_norm;
+  s.tied = c.tie_word_embeddings;
+  s.reference = r.reference_model.value_or(r.objective != PlanObjective::kSft);
+  s.objective_scratch = r.objective != PlanObjective::kSft;
+  return s;
+}
+
+Ledger ModelState(const PlanRequest& r, const StepShape& s) {
+  Ledger ledger(s.alignment);
+  const int64_t P = s.embed_numel + s.L * s.layer_numel + s.final_numel;
+  // One flat buffer per group: embed, L layers, final.
+  auto groups = [&](absl::string_view name, int64_t copies, int64_t divisor, int64_t bytes) {
+    ledger.Add(name, copies, s.embed_group / divisor, bytes);
+    ledger.Add(name, copies * s.L, s.layer_group / divisor, bytes);
+    ledger.Add(name, copies, s.final_group / divisor, bytes);
+  };
+  const std::string params = absl::StrCat(P, " parameters");
+  groups("weights", 1, 1, s.weight_bytes);
+  ledger.SetDetail("weights", absl::StrCat(params, ", ", DTypeLabel(s.weight_bytes)));
+  const bool bf16 = s.weight_bytes == 2;
+  if (s.N == 1) {
+    groups("gradients", 1, 1, s.gradient_bytes);
+    ledger.SetDetail("gradients", absl::StrCat(params, ", ", DTypeLabel(s.gradient_bytes)));
+  } else {
+    groups("gradient_shards", 1, s.N, kF32);
+    ledger.SetDetail("gradient_shards", absl::StrCat("1/", s.N, " of ", params, ", f32"));
+  }
+  if (r.optimizer_state) {
+    const std::string share = s.N == 1 ? params : absl::StrCat("1/", s.N, " of ", params);
+    if (bf16) {
+      groups("master_weights", 1, s.N, kF32);
+      ledger.SetDetail("master_weights", absl::StrCat(share, ", f32"));
+    }
+    groups("optimizer_moments", 2, s.N, kF32);
+    ledger.SetDetail("optimizer_moments", absl::StrCat("AdamW m and v, ", share, ", f32"));
+  }
+  if (s.N > 1) {
+    ledger.Add("gradient_cache", 2, s.layer_group, kF32);
+    ledger.SetDetail("gradient_cache", absl::StrCat("2 x [", s.layer_group, "] f32 (one layer)"));
+    const int64_t largest = std::max({s.embed_group, s.layer_group, s.final_group});
+    ledger.Add("comm_buffer", 1, largest / s.N, kF32);
+    ledger.SetDetail("comm_buffer", absl::StrCat("[", largest / s.N, "] f32 (receive)"));
+  }
+  if (s.reference) {
+    ledger.Add("reference_weights", 1, GroupElements(s.embed_numel, 1), s.weight_bytes);
+    ledger.Add("reference_weights", s.L, GroupElements(s.layer_numel, 1), s.weight_bytes);
+    ledger.Add("reference_weights", 1, GroupElements(s.final_numel, 1), s.weight_bytes);
+    ledger.SetDetail("reference_weights",
+                     absl::StrCat(params, ", ", DTypeLabel(s.weight_bytes), " (frozen)"));
+  }
+  if (s.cuda) {
+    ledger.Add("cublas_workspace", 1, kCublasWorkspace, 1);  // from the allocator
+    ledger.SetDetail("cublas_workspace", "cuBLAS workspace (CudaBackendOptions)");
+    ledger.AddOutside("cuda_context", kCudaContext, "CUDA context and kernel images (estimate)");
+    if (s.N > 1) ledger.AddOutside("nccl_buffers", kNcclBuffers, "NCCL channels (estimate)");
+  }
+  return ledger;
+}
+
+absl::string_view PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kLmHead:
+      return "lm_head";
+    case Phase::kLayerBackward:
+      return "layer_backward";
+    case Phase::kEmbeddingBackward:
+      return "embedding_backward";
+  }
+  return "?";
+}
+
+namespace {
+
+// K/V of the whole sequence for `sets` layers (KvBuffers::Allocate).
+void AddKv(Ledger& ledger, const StepShape& s, int64_t sets) {
+  if (sets == 0) return;
+  if (s.qk_norm) {
+    ledger.Add("kv_buffers", sets, s.T * s.kv, s.act_bytes);  // k before norm
+    ledger.Add("kv_buffers", sets, s.T * s.Hkv, kF32);        // k rstd
+  }
+  ledger.Add("kv_buffers", 2 * sets, s.T * s.kv, s.act_bytes);  // K, V
+  ledger.SetDetail("kv_buffers",
+                   absl::StrCat(sets == 1 ? "" : absl::StrCat(sets, " x "), s.qk_norm ? "3" : "2",
+                                " x [", s.T, ", ", s.kv, "] ", DTypeLabel(s.act_bytes)));
+}
+
+// One ChunkActivations set of C rows allocated for backward, `sets` times.
+void AddChunk(Ledger& ledger, const StepShape& s, int64_t sets) {
+  if (sets == 0) return;
+  const int64_t C = s.C, a = s.act_bytes;
+  const char* name = "chunk_activations";
+  ledger.Add(name, sets, C * s.H, a);  // xn
+  ledger.Add(name, sets, C, kF32);     // x_rstd
+  if (s.qk_norm) {
+    ledger.Add(name, sets, C * s.q, a);      // q before norm
+    ledger.Add(name, sets, C * s.Hq, kF32);  // q rstd
+  }
+  ledger.Add(name, sets, C * s.q, a);      // q
+  ledger.Add(name, sets, C * s.q, a);      // attention output
+  ledger.Add(name, sets, C * s.Hq, kF32);  // lse
+  ledger.Add(name, sets, C * s.H, a);      // h
+  ledger.Add(name, sets, C, kF32);         // h_rstd
+  ledger.Add(name, sets, C * s.H, a);      // hn
+  ledger.Add(name, 3 * sets, C * s.I, a);  // gate, up, act
+  ledger.Add(name, 2 * sets, C * s.q, a);  // d_attn, dq
+  ledger.SetDetail(name,
+                   absl::StrCat(sets == 1 ? "" : absl::StrCat(sets, " x "), C, " rows x (3 H + ",
+                                s.qk_norm ? 5 : 4, " Hq*d + 3 I) ", DTypeLabel(a)));
+}
+
+}  // namespace
+
+Ledger PhaseActivations(const StepShape& s, Phase phase) {
+  Ledger ledger(s.alignment);
+  const int64_t layer_inputs = phase == Phase::kLmHead          ? s.L + 1
+                               : phase == Phase::kLayerBackward ? s.L
+                                                                : 1;
+  ledger.Add("layer_inputs", layer_inputs, s.T * s.H, s.act_bytes);
+  ledger.SetDetail("layer_inputs", Shape2(layer_inputs, s.T, s.H, s.act_bytes));
+  // Full mode keeps every layer's set and frees each after its backward;
+  // the others keep one set until the step ends.
+  const int64_t sets = s.keep_all ? (phase == Phase::kEmbeddingBackward ? 0 : s.L) : 1;
+  AddKv(ledger, s, sets);
+  AddChunk(ledger, s, sets);
+  ledger.Add("hidden_gradient", 1, s.T * s.H, s.act_bytes);
+  ledger.SetDetail("hidden_gradient", Shape2(1, s.T, s.H, s.act_bytes));
+  if (phase == Phase::kLmHead) {
+    ledger.Add("head_temporaries", 1, s.LC * s.H, s.act_bytes);  // normed hidden
+    ledger.Add("head_temporaries", 1, s.LC, kF32);               // rstd
+    ledger.SetDetail("head_temporaries", Shape2(1, s.LC, s.H, s.act_bytes));
+    ledger.Add("logits", 1, s.LC * s.V, s.act_bytes);
+    ledger.SetDetail("logits", Shape2(1, s.LC, s.V, s.act_bytes));
+    if (!s.stream) {  // the baselines keep the gradient apart, as autograd does
+      ledger.Add("logits_gradient", 1, s.LC * s.V, s.act_bytes);
+      ledger.SetDetail("logits_gradient", Shape2(1, s.LC, s.V, s.act_bytes));
+    }
+  } else {
+    ledger.Add("kv_grads", 2, s.T * s.kv, kF32);  // accumulated over chunks in f32
+    ledger.SetDetail("kv_grads", absl::StrCat("2 x [", s.T, ", ", s.kv, "] f32"));
+  }
+  if (s.objective_scratch) {  // LogProbScratch: log-probs, logsumexp, dlogprobs
+    ledger.Add("objective_scratch", 3, s.T, kF32);
+    ledger.SetDetail("objective_scratch", absl::StrCat("3 x [", s.T, "] f32"));
+  }
+  if (s.cuda) {
+    ledger.Add("token_ids", 2, s.T, 4);
+    ledger.SetDetail("token_ids", absl::StrCat("2 x [", s.T, "] i32"));
+  }
+  if (s.N > 1) {
+    if (phase == Phase::kLmHead) {
+      ledger.Add("head_gradient_buffer", 1, s.final_group, kF32);
+      ledger.SetDetail("head_gradient_buffer", absl::StrCat("[", s.final_group, "] f32"));
+    }
+    if (phase == Phase::kEmbeddingBackward || s.tied) {
+      ledger.Add("embedding_gradient_buffer", 1, s.embed_group, kF32);
+      ledger.SetDetail("embedding_gradient_buffer", absl::StrCat("[", s.embed_group, "] f32"));
+    }
+  }
+  return ledger;
+}
+
+}  // namespace sbp::planner

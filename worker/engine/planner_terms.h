@@ -1,0 +1,79 @@
+// The planner's bookkeeping: a ledger of named terms, each the sum of
+// allocations of given shapes, rounded the way the device's allocator rounds
+// them, and the ledgers of the model state and of each phase of a step (see
+// planner.h for the phases and the model).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "worker/engine/planner.h"
+
+namespace sbp::planner {
+
+struct LedgerTerm {
+  std::string name;
+  int64_t bytes = 0;          // requested
+  int64_t rounded_bytes = 0;  // as the allocator charges them
+  std::string detail;
+  bool outside_allocator = false;  // CUDA context, library workspaces
+};
+
+class Ledger {
+ public:
+  explicit Ledger(int64_t alignment) : alignment_(alignment) {}
+
+  // `count` allocations of `elements` elements of `element_bytes` each, added
+  // to the term `name` (created on first use, in order).
+  void Add(absl::string_view name, int64_t count, int64_t elements, int64_t element_bytes);
+  // Memory the allocator does not see (counted as is).
+  void AddOutside(absl::string_view name, int64_t bytes, std::string detail);
+  void SetDetail(absl::string_view name, std::string detail);
+  void Append(const Ledger& other);
+
+  int64_t total() const;  // rounded, including memory outside the allocator
+  int64_t outside_total() const;
+  const std::vector<LedgerTerm>& terms() const { return terms_; }
+
+ private:
+  LedgerTerm& Term(absl::string_view name);
+
+  int64_t alignment_;
+  std::vector<LedgerTerm> terms_;
+};
+
+// Sizes a request implies, resolved once.
+struct StepShape {
+  int64_t T = 0, C = 0, LC = 0;  // tokens, chunk rows, logits rows (as the engine runs them)
+  int64_t L = 0, H = 0, I = 0, V = 0, q = 0, kv = 0, Hq = 0, Hkv = 0;
+  int64_t N = 1;               // world size
+  int64_t act_bytes = 4;       // activations, K/V, logits
+  int64_t weight_bytes = 4;    // compute weights
+  int64_t gradient_bytes = 4;  // N = 1 gradients
+  int64_t alignment = 64;
+  // Parameter groups, padded to a multiple of N elements.
+  int64_t embed_group = 0, layer_group = 0, final_group = 0;
+  // The same groups unpadded (the reference model's store).
+  int64_t embed_numel = 0, layer_numel = 0, final_numel = 0;
+  bool qk_norm = false, tied = false, keep_all = false, stream = false;
+  bool cuda = false;
+  bool reference = false, objective_scratch = false;
+};
+
+// The sizes of `request` with chunks already chosen (0 in the request: the
+// engine's automatic sizes). The request must be valid.
+StepShape ShapeOf(const PlanRequest& request);
+
+// Weights, gradients (or shards and cache), optimizer state, reference model
+// and, on CUDA, memory outside the allocator: live for the whole step.
+Ledger ModelState(const PlanRequest& request, const StepShape& s);
+
+enum class Phase { kLmHead, kLayerBackward, kEmbeddingBackward };
+absl::string_view PhaseName(Phase phase);  // "lm_head", ...
+
+// What a step holds besides the model state in `phase` (see planner.h).
+Ledger PhaseActivations(const StepShape& s, Phase phase);
+
+}  // namespace sbp::planner
