@@ -142,33 +142,6 @@ std::vector<std::string> Suggestions(const AdmissionPlan& plan, int64_t memory) 
 
 }  // namespace
 
-PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
-  PlanRequest r;
-  r.config = config;
-  r.seq_len = spec.seq_len;
-  r.mode = spec.streambp.mode;
-  r.chunk_tokens = spec.streambp.chunk_tokens;
-  r.logits_chunk_tokens = spec.streambp.logits_chunk_tokens;
-  r.precision = spec.train.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
-  r.world_size = spec.resources.world_size;
-  switch (spec.objective) {
-    case Objective::kSft:
-      r.objective = PlanObjective::kSft;
-      break;
-    case Objective::kDpo:
-      r.objective = PlanObjective::kDpo;
-      break;
-    case Objective::kGrpo:
-      r.objective = PlanObjective::kGrpo;
-      break;
-  }
-  r.reference_model = spec.objective == Objective::kDpo ||
-                      (spec.objective == Objective::kGrpo && spec.grpo.beta > 0);
-  r.device = spec.resources.device;
-  r.optimizer_state = true;
-  return r;
-}
-
 AdmissionPlan PlanAdmission(const JobSpec& spec, const std::string& work_dir) {
   AdmissionPlan out;
   out.required_memory_bytes = spec.resources.memory_bytes;

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "kernels/dtype.h"
 #include "worker/engine/planner.h"
+#include "worker/train/job_plan.h"
 #include "worker/train/job_spec.h"
 
 namespace sbp::server {
@@ -32,9 +33,6 @@ struct AdmissionPlan {
   MemoryPlan minimum;                 // the least memory the job runs in (when planned)
   double safety_margin = 0;
 };
-
-// The planner's request for a job spec (chunk sizes 0 stay `auto`).
-PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config);
 
 // Plans `spec`. `work_dir` resolves relative model paths; "" leaves them
 // unresolved (only absolute paths and preset names are planned). Reads files;

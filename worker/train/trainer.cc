@@ -19,6 +19,7 @@
 #include "worker/model/model_io.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
+#include "worker/train/job_plan.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/optimizer_state.h"
@@ -63,6 +64,26 @@ absl::StatusOr<ParameterStore> LoadStore(const std::string& dir, const ModelConf
         absl::StrCat(what, " model '", dir, "' does not have the policy model's shape"));
   }
   return store;
+}
+
+// The engine's chunk sizes: those the spec fixes, and for `auto` (0) in
+// stream mode on a worker with a memory budget, the largest the memory
+// planner fits in the budget (with the device's safety margin); without a
+// budget the engine's defaults.
+absl::StatusOr<EngineOptions> ChooseEngineOptions(const JobSpec& spec, const ModelConfig& config,
+                                                  int64_t budget_bytes) {
+  EngineOptions options{spec.streambp.mode, spec.streambp.chunk_tokens,
+                        spec.streambp.logits_chunk_tokens};
+  const bool automatic = options.chunk_tokens == 0 || options.logits_chunk_tokens == 0;
+  if (options.mode != BackwardMode::kStream || !automatic || budget_bytes <= 0) return options;
+  ASSIGN_OR_RETURN(MemoryPlan plan, PlanAutoChunks(PlanRequestForSpec(spec, config), budget_bytes,
+                                                   DefaultSafetyMargin(spec.resources.device)));
+  options.chunk_tokens = plan.chunk_tokens;
+  options.logits_chunk_tokens = plan.logits_chunk_tokens;
+  LOG(INFO) << spec.name << ": automatic chunk sizes " << plan.chunk_tokens << " / "
+            << plan.logits_chunk_tokens << " tokens (predicted peak " << plan.peak_bytes
+            << " bytes of " << budget_bytes << ")";
+  return options;
 }
 
 // Rank `rank`'s examples of a step: positions rank, rank + N, ...
@@ -168,9 +189,9 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
                    ParameterStore::Load(model_dir, allocator, "weights", world_size));
   const ModelConfig config = weights.config();
   ASSIGN_OR_RETURN(Dataset dataset, Dataset::LoadForJob(spec, options.base_dir, config.vocab_size));
-  Engine engine(
-      config, backend,
-      {spec.streambp.mode, spec.streambp.chunk_tokens, spec.streambp.logits_chunk_tokens});
+  ASSIGN_OR_RETURN(const EngineOptions engine_options,
+                   ChooseEngineOptions(spec, config, allocator.budget_bytes()));
+  Engine engine(config, backend, engine_options);
   ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                    CreateOptimizerState(weights, backend, spec.train, comm.get(), engine));
 
@@ -209,7 +230,7 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
 
   Engine reference_engine(
       config, backend,
-      {BackwardMode::kStream, spec.streambp.chunk_tokens, spec.streambp.logits_chunk_tokens});
+      {BackwardMode::kStream, engine_options.chunk_tokens, engine_options.logits_chunk_tokens});
   ModelTensors w = BindModelTensors(weights);
   std::optional<ModelTensors> ref_tensors;
   if (reference.has_value()) ref_tensors = BindModelTensors(*reference);

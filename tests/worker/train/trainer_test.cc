@@ -2,10 +2,10 @@
 // exact, and a resumed run ends bit-identical to an uninterrupted one.
 #include "worker/train/trainer.h"
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "kernels/random.h"
 #include "nlohmann/json.hpp"
@@ -21,8 +21,9 @@ namespace fs = std::filesystem;
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) /
-            ("trainer_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    root_ =
+        fs::path(::testing::TempDir()) /
+        ("trainer_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(root_);
     fs::create_directories(root_);
     auto config = PresetConfig("tiny-qwen3");
@@ -72,8 +73,8 @@ class TrainerTest : public ::testing::Test {
   }
 
   static std::string FinalWeights(const JobSpec& spec) {
-    auto bytes =
-        ReadFileToString(CheckpointPath(spec.checkpoint.dir, spec.train.steps) + "/model.safetensors");
+    auto bytes = ReadFileToString(CheckpointPath(spec.checkpoint.dir, spec.train.steps) +
+                                  "/model.safetensors");
     EXPECT_TRUE(bytes.ok()) << bytes.status();
     return bytes.ok() ? *bytes : "";
   }
@@ -97,6 +98,27 @@ TEST_F(TrainerTest, MemorisesATinyDataset) {
                           "peak_bytes", "step_seconds"}) {
     EXPECT_TRUE(metrics.back().contains(key)) << key;
   }
+}
+
+// `auto` chunk sizes on a worker with a memory budget come from the memory
+// planner: the run stays inside the budget, and a budget below the planner's
+// minimum is refused before anything trains.
+TEST_F(TrainerTest, AutoChunksFitTheMemoryBudget) {
+  JobSpec spec = Spec("auto_chunks");
+  spec.train.steps = 2;
+  spec.streambp = {BackwardMode::kStream, 0, 0};
+  spec.resources.memory_bytes = 3 << 20;
+  auto summary = RunTraining(spec, {}, nullptr);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_LE(summary->peak_bytes, spec.resources.memory_bytes);
+
+  JobSpec tiny = Spec("auto_chunks_too_small");
+  tiny.streambp = {BackwardMode::kStream, 0, 0};
+  tiny.resources.memory_bytes = 2300 << 10;  // holds the weights, not the whole plan
+  auto refused = RunTraining(tiny, {}, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_FALSE(fs::exists(tiny.checkpoint.dir + "/metrics.jsonl"));
 }
 
 TEST_F(TrainerTest, ResumeIsBitIdenticalToAnUninterruptedRun) {
@@ -149,8 +171,7 @@ TEST_F(TrainerTest, MissingDataIsABadInputErrorAndLeavesTheRunAlone) {
   spec.train.steps = 4;
   auto result = RunTraining(spec, {}, nullptr);
   ASSERT_FALSE(result.ok());
-  EXPECT_NE(result.status().message().find("missing.jsonl"), std::string::npos)
-      << result.status();
+  EXPECT_NE(result.status().message().find("missing.jsonl"), std::string::npos) << result.status();
   spec.train.steps = 2;
   EXPECT_EQ(FinalWeights(spec), before);
 }
