@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
@@ -40,6 +41,11 @@ void JobManager::RunScheduler() {
                        w->confirmed && w->active.empty()});
   }
   ScheduleResult result = Schedule(std::move(jobs), workers);
+  absl::flat_hash_map<WaitCause, int> causes;
+  for (const WaitingJob& waiting : result.waiting) ++causes[waiting.cause];
+  for (WaitCause cause : kAllWaitCauses) {
+    metrics_->SetPendingCount(WaitCauseName(cause), causes.contains(cause) ? causes[cause] : 0);
+  }
 
   for (const Placement& placement : result.placements) {
     absl::StatusOr<JobRecord> loaded = store_->GetJob(placement.job_id);

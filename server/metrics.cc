@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include "absl/strings/ascii.h"
+#include "server/scheduler.h"
 
 namespace sbp::server {
 namespace {
@@ -50,11 +51,21 @@ Metrics::Metrics()
       heartbeat_age_(BuildGauge()
                          .Name("sbp_worker_heartbeat_age_seconds")
                          .Help("Seconds since each live worker's latest heartbeat")
-                         .Register(*registry_)) {
+                         .Register(*registry_)),
+      pending_(BuildGauge()
+                   .Name("sbp_jobs_pending")
+                   .Help("Pending jobs by why they wait: no_workers, too_few_fitting_workers "
+                         "(no registered worker has the memory), workers_busy")
+                   .Register(*registry_)) {
   for (JobState state : kAllJobStates) {
     jobs_.Add({{"state", absl::AsciiStrToLower(JobStateName(state))}}).Set(0);
   }
   SetWorkerCounts(0, 0, 0);
+  for (WaitCause cause : kAllWaitCauses) SetPendingCount(WaitCauseName(cause), 0);
+}
+
+void Metrics::SetPendingCount(absl::string_view cause, double count) {
+  pending_.Add({{"cause", std::string(cause)}}).Set(count);
 }
 
 void Metrics::SetJobCount(JobState state, double count) {

@@ -7,6 +7,8 @@
 //   sbp_job_progress_step{job}, sbp_job_tokens_per_second{job},
 //   sbp_job_peak_bytes{job}            gauges, only while the job is not terminal
 //   sbp_worker_heartbeat_age_seconds{worker}  gauge, only for live workers
+//   sbp_jobs_pending{cause}            gauge, pending jobs by why they wait
+//                                      (no_workers, too_few_fitting_workers, workers_busy)
 // Every method is thread-safe.
 #pragma once
 
@@ -41,6 +43,7 @@ class Metrics {
   void RemoveJob(const std::string& job_id);
   void SetHeartbeatAge(const std::string& worker_id, double seconds);
   void RemoveWorker(const std::string& worker_id);
+  void SetPendingCount(absl::string_view cause, double count);
 
  private:
   struct JobGauges {
@@ -59,6 +62,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& job_tokens_per_second_;
   prometheus::Family<prometheus::Gauge>& job_peak_bytes_;
   prometheus::Family<prometheus::Gauge>& heartbeat_age_;
+  prometheus::Family<prometheus::Gauge>& pending_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, JobGauges> job_gauges_ ABSL_GUARDED_BY(mu_);

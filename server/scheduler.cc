@@ -32,6 +32,18 @@ std::string FitsClause(const std::vector<std::string>& fitting, int64_t too_smal
 
 }  // namespace
 
+const char* WaitCauseName(WaitCause cause) {
+  switch (cause) {
+    case WaitCause::kNoWorkers:
+      return "no_workers";
+    case WaitCause::kTooFewFitting:
+      return "too_few_fitting_workers";
+    case WaitCause::kWorkersBusy:
+      return "workers_busy";
+  }
+  return "unknown";
+}
+
 ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
                         const std::vector<SchedulerWorker>& workers) {
   std::stable_sort(jobs.begin(), jobs.end(), [](const SchedulerJob& a, const SchedulerJob& b) {
@@ -85,9 +97,12 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
       continue;
     }
     std::string reason;
+    WaitCause cause = WaitCause::kWorkersBusy;
     if (on_device == 0) {
+      cause = WaitCause::kNoWorkers;
       reason = absl::StrCat("no ", device, " workers registered");
     } else if (eligible < need) {
+      cause = WaitCause::kTooFewFitting;
       // It can never fit the workers registered now; more may join.
       reason = absl::StrCat("needs ", need, " ", device, " ", Workers(need),
                             MemoryClause(job.memory_bytes), " but only ");
@@ -110,7 +125,7 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
         held_for[i] = job.id;
       }
     }
-    result.waiting.push_back({job.id, std::move(reason)});
+    result.waiting.push_back({job.id, cause, std::move(reason)});
   }
   return result;
 }

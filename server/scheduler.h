@@ -37,8 +37,20 @@ struct Placement {
   std::vector<std::string> worker_ids;  // by rank
 };
 
+// Why a job waits, as a small fixed set (a metric label).
+enum class WaitCause {
+  kNoWorkers,      // no worker of its device is registered
+  kTooFewFitting,  // fewer registered workers with enough memory than it needs
+  kWorkersBusy,    // enough fitting workers, not enough of them idle
+};
+inline constexpr WaitCause kAllWaitCauses[] = {WaitCause::kNoWorkers, WaitCause::kTooFewFitting,
+                                               WaitCause::kWorkersBusy};
+// "no_workers", "too_few_fitting_workers", "workers_busy".
+const char* WaitCauseName(WaitCause cause);
+
 struct WaitingJob {
   std::string job_id;
+  WaitCause cause = WaitCause::kWorkersBusy;
   // "needs 2 idle cpu workers with >= 9.1 GiB; 1 idle (1 busy, 1 too small); fits: w1, w2"
   std::string reason;
 };

@@ -120,3 +120,23 @@ TEST(SchedulerTest, ManyJobsFillTheClusterInOrder) {
 
 }  // namespace
 }  // namespace sbp::server
+
+namespace sbp::server {
+namespace {
+
+// The cause a waiting job gets (the label of sbp_jobs_pending).
+TEST(SchedulerTest, WaitCauses) {
+  const ScheduleResult r = Schedule({Job("busy", 1, 2), Job("huge", 2, 1, 0, 64 * kGiB),
+                                     Job("gpu", 3, 1, 0, 0, DeviceKind::kCuda)},
+                                    {Worker("w1"), Worker("w2", false)});
+  ASSERT_EQ(r.waiting.size(), 3u);
+  for (const WaitingJob& w : r.waiting) {
+    const WaitCause expected = w.job_id == "busy"   ? WaitCause::kWorkersBusy
+                               : w.job_id == "huge" ? WaitCause::kTooFewFitting
+                                                    : WaitCause::kNoWorkers;
+    EXPECT_EQ(WaitCauseName(w.cause), std::string(WaitCauseName(expected))) << w.job_id;
+  }
+}
+
+}  // namespace
+}  // namespace sbp::server
