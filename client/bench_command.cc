@@ -8,15 +8,16 @@
 #include <vector>
 
 #include "client/cli_common.h"
+#include "client/device_setup.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/sgemm_peak.h"
+#include "kernels/matmul_peak.h"
 #include "kernels/random.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/batch.h"
+#include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/parameter_store.h"
-#include "worker/model/model_io.h"
 
 namespace sbp::cli {
 namespace {
@@ -26,74 +27,108 @@ using Clock = std::chrono::steady_clock;
 struct BenchOptions {
   std::string model;
   std::string preset;
-  int64_t seq_len = 0;
+  std::vector<int64_t> seq_lens;
   std::vector<std::string> modes;
   int64_t chunk_tokens = 0;
   int64_t logits_chunk_tokens = 0;
   int steps = 1;
   uint64_t seed = 1;
+  std::string device = "cpu";
+  std::string precision = "auto";
 };
 
+// The matmul rate the MFU figures are measured against, in this run: plain
+// OpenBLAS sgemm on the CPU, bf16 (or f32) cuBLAS GEMMs of 8192^3 on a GPU.
+absl::StatusOr<double> PeakGflops(Backend& backend) {
+  if (backend.device().is_cpu()) return cpu::MeasureSgemmGflops();
+  return MeasureMatmulGflops(backend, backend.activation_dtype(), 8192, 5);
+}
+
 absl::Status RunBench(const BenchOptions& o) {
-  CpuAllocator allocator;
-  CpuBackend backend(allocator);
-  ParameterStore weights;
-  if (!o.model.empty()) {
-    ASSIGN_OR_RETURN(weights, ParameterStore::Load(o.model, allocator, "weights"));
-  } else {
-    ASSIGN_OR_RETURN(ModelConfig preset, PresetConfig(o.preset));
-    CpuAllocator staging;
-    ASSIGN_OR_RETURN(ModelWeights fresh, InitModelWeights(preset, o.seed, staging));
-    ASSIGN_OR_RETURN(weights, ParameterStore::FromWeights(fresh, allocator, "weights"));
-  }
+  ASSIGN_OR_RETURN(ComputeDevice device, OpenCommandDevice(o.device, o.precision));
+  Backend& backend = *device.backend;
+  Allocator& allocator = *device.allocator;
+  const bool gpu = !backend.device().is_cpu();
+  ASSIGN_OR_RETURN(DeviceModel model, LoadDeviceModel(device, o.model, o.preset, o.seed));
+  ParameterStore& weights = model.weights;
+  ParameterStore& grads = model.grads;
   const ModelConfig config = weights.config();
-  ASSIGN_OR_RETURN(ParameterStore grads, ParameterStore::Create(config, allocator, "gradients"));
   const int64_t fixed_bytes = allocator.current_bytes();
+  int64_t device_memory = 0;
+  if (gpu) {
+    ASSIGN_OR_RETURN(device_memory, DeviceMemoryBytes(backend.device()));
+  }
 
-  TokenSequence sequence;
-  sequence.input_ids.resize(o.seq_len);
-  Tensor ids = Tensor::Wrap(sequence.input_ids.data(), {o.seq_len}, DType::kI32);
-  FillIntegers(ids, o.seed, 0, static_cast<int32_t>(config.vocab_size));
-  sequence.labels = sequence.input_ids;
-  const std::vector<TokenSequence> batch = {sequence};
-
-  const double sgemm_gflops = cpu::MeasureSgemmGflops();
-  const double flops = TrainingFlops(config, o.seq_len);
+  ASSIGN_OR_RETURN(const double peak_gflops, PeakGflops(backend));
   ModelTensors w = BindModelTensors(weights);
   ModelTensors g = BindModelTensors(grads);
-  for (const std::string& mode_name : o.modes) {
-    ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
-    Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
-    const Engine::ChunkPlan plan = engine.PlanChunks(o.seq_len, /*training=*/true);
-    grads.Zero();
-    ResetPeakRss();
-    allocator.ResetPeak();
-    double best = 1e30;
-    BatchResult result;
-    for (int step = 0; step < o.steps; ++step) {
-      const auto start = Clock::now();
-      ASSIGN_OR_RETURN(result, SftForwardBackward(engine, w, batch, g));
-      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  for (const int64_t seq_len : o.seq_lens) {
+    TokenSequence sequence;
+    sequence.input_ids.resize(seq_len);
+    Tensor ids = Tensor::Wrap(sequence.input_ids.data(), {seq_len}, DType::kI32);
+    FillIntegers(ids, o.seed, 0, static_cast<int32_t>(config.vocab_size));
+    sequence.labels = sequence.input_ids;
+    const std::vector<TokenSequence> batch = {sequence};
+    const double flops = TrainingFlops(config, seq_len);
+    for (const std::string& mode_name : o.modes) {
+      ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
+      Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
+      const Engine::ChunkPlan plan = engine.PlanChunks(seq_len, /*training=*/true);
+      ZeroStore(grads, backend);
+      ResetPeakRss();
+      allocator.ResetPeak();
+      double best = 1e30;
+      BatchResult result;
+      nlohmann::json line = {{"mode", mode_name},
+                             {"model", o.model.empty() ? o.preset : o.model},
+                             {"device", DeviceName(backend.device())},
+                             {"dtype", DTypeName(backend.activation_dtype())},
+                             {"seq_len", seq_len},
+                             {"chunk_tokens", plan.chunk},
+                             {"logits_chunk_tokens", plan.logits_chunk}};
+      if (gpu) line["device_memory_bytes"] = device_memory;
+      // A GPU step runs once untimed first (cuBLAS heuristics, the memory pool).
+      absl::Status status;
+      for (int step = gpu ? -1 : 0; step < o.steps && status.ok(); ++step) {
+        const auto start = Clock::now();
+        absl::StatusOr<BatchResult> r = SftForwardBackward(engine, w, batch, g);
+        backend.Synchronize();
+        if (!r.ok()) {
+          status = r.status();
+          break;
+        }
+        result = *r;
+        if (step >= 0) {
+          best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+        }
+      }
+      if (!status.ok()) {
+        // Out of memory is a result (the mode does not fit), not a failure.
+        if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+        line["out_of_memory"] = true;
+        line["error"] = std::string(status.message());
+        line["peak_bytes"] = allocator.peak_bytes();
+        std::printf("%s\n", line.dump().c_str());
+        std::fflush(stdout);
+        continue;
+      }
+      const double gflops = flops / best / 1e9;
+      line.update({{"loss", result.loss},
+                   {"peak_bytes", allocator.peak_bytes()},
+                   {"weights_and_grads_bytes", fixed_bytes},
+                   {"activation_peak_bytes", allocator.peak_bytes() - fixed_bytes},
+                   {"rss_peak_bytes", PeakRssBytes()},
+                   {"step_seconds", best},
+                   {"tokens_per_second", static_cast<double>(seq_len) / best},
+                   {"gflops", gflops},
+                   {"peak_gflops", peak_gflops},
+                   {"mfu", gflops / peak_gflops}});
+      if (!gpu) {
+        line.update({{"sgemm_gflops", peak_gflops}, {"mfu_vs_sgemm", gflops / peak_gflops}});
+      }
+      std::printf("%s\n", line.dump().c_str());
+      std::fflush(stdout);
     }
-    const double gflops = flops / best / 1e9;
-    nlohmann::json line = {
-        {"mode", mode_name},
-        {"model", o.model.empty() ? o.preset : o.model},
-        {"seq_len", o.seq_len},
-        {"chunk_tokens", plan.chunk},
-        {"logits_chunk_tokens", plan.logits_chunk},
-        {"loss", result.loss},
-        {"peak_bytes", allocator.peak_bytes()},
-        {"weights_and_grads_bytes", fixed_bytes},
-        {"activation_peak_bytes", allocator.peak_bytes() - fixed_bytes},
-        {"rss_peak_bytes", PeakRssBytes()},
-        {"step_seconds", best},
-        {"tokens_per_second", static_cast<double>(o.seq_len) / best},
-        {"gflops", gflops},
-        {"sgemm_gflops", sgemm_gflops},
-        {"mfu_vs_sgemm", gflops / sgemm_gflops}};
-    std::printf("%s\n", line.dump().c_str());
-    std::fflush(stdout);
   }
   return absl::OkStatus();
 }
@@ -106,7 +141,7 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   auto* model = bench->add_option("--model", o->model, "Hugging Face model directory");
   auto* preset = bench->add_option("--preset", o->preset, "preset name (random weights)");
   model->excludes(preset);
-  bench->add_option("--seq-len", o->seq_len, "tokens in the sequence")
+  bench->add_option("--seq-len", o->seq_lens, "tokens in the sequence (repeatable)")
       ->required()
       ->check(CLI::PositiveNumber);
   bench->add_option("--mode", o->modes, "modes to run (repeatable; default all three)")
@@ -117,6 +152,12 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   bench->add_option("--seed", o->seed, "seed for weights and tokens")->capture_default_str();
+  bench->add_option("--device", o->device, "cpu or cuda:N")->capture_default_str();
+  bench
+      ->add_option("--precision", o->precision,
+                   "activation storage: auto (bf16 on CUDA, fp32 on the CPU), fp32 or bf16")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
+      ->capture_default_str();
   bench->callback([o, exit_code, model, preset] {
     if (model->count() + preset->count() != 1) {
       throw CLI::ValidationError("one of --model or --preset is required");

@@ -6,10 +6,11 @@
 #include <string>
 
 #include "client/cli_common.h"
+#include "client/device_setup.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/batch.h"
+#include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/model/model_io.h"
@@ -26,29 +27,46 @@ struct GradOptions {
   int64_t chunk_tokens = 0;
   int64_t logits_chunk_tokens = 0;
   std::string out;
+  std::string device = "cpu";
+  std::string precision = "auto";
 };
 
 absl::Status RunGrad(const GradOptions& o) {
   ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(o.mode));
-  CpuAllocator allocator;
-  CpuBackend backend(allocator);
-  ASSIGN_OR_RETURN(ParameterStore weights, ParameterStore::Load(o.model, allocator, "weights"));
+  ASSIGN_OR_RETURN(ComputeDevice device, OpenCommandDevice(o.device, o.precision));
+  Backend& backend = *device.backend;
+  Allocator& allocator = *device.allocator;
+  ASSIGN_OR_RETURN(DeviceModel model, LoadDeviceModel(device, o.model, "", 0));
+  ParameterStore& weights = model.weights;
+  ParameterStore& grads = model.grads;
   const ModelConfig config = weights.config();
   ASSIGN_OR_RETURN(std::vector<TokenSequence> batch, LoadSftJsonl(o.data, config.vocab_size));
-  ASSIGN_OR_RETURN(ParameterStore grads, ParameterStore::Create(config, allocator, "gradients"));
   Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
   ModelTensors w = BindModelTensors(weights);
   ModelTensors g = BindModelTensors(grads);
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(BatchResult result, SftForwardBackward(engine, w, batch, g));
+  backend.Synchronize();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  RETURN_IF_ERROR(WriteSafetensors(o.out, grads.NamedTensors(), {{"format", "pt"}}, DType::kF32));
+  // Gradients on a GPU come back to the host (f32) to be written.
+  CpuAllocator host_allocator;
+  ParameterStore host_grads;
+  const ParameterStore* written = &grads;
+  if (!backend.device().is_cpu()) {
+    ASSIGN_OR_RETURN(host_grads, ParameterStore::Create(config, host_allocator, "gradients"));
+    RETURN_IF_ERROR(CopyStoreToHost(grads, backend, host_grads));
+    written = &host_grads;
+  }
+  RETURN_IF_ERROR(
+      WriteSafetensors(o.out, written->NamedTensors(), {{"format", "pt"}}, DType::kF32));
   nlohmann::json line = {{"loss", result.loss},
                          {"tokens", result.tokens},
                          {"valid_targets", result.valid_targets},
                          {"sequences", batch.size()},
                          {"mode", o.mode},
+                         {"device", DeviceName(backend.device())},
+                         {"dtype", DTypeName(backend.activation_dtype())},
                          {"peak_bytes", allocator.peak_bytes()},
                          {"seconds", seconds},
                          {"out", o.out}};
@@ -71,6 +89,11 @@ void AddGradCommand(CLI::App& app, int* exit_code) {
   grad->add_option("--logits-chunk-tokens", o->logits_chunk_tokens, "logits chunk rows (0: auto)")
       ->check(CLI::NonNegativeNumber);
   grad->add_option("--out", o->out, "gradients .safetensors to write")->required();
+  grad->add_option("--device", o->device, "cpu or cuda:N")->capture_default_str();
+  grad->add_option("--precision", o->precision,
+                   "activation storage: auto (bf16 on CUDA, fp32 on the CPU), fp32 or bf16")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
+      ->capture_default_str();
   grad->callback([o, exit_code] {
     const absl::Status s = RunGrad(*o);
     *exit_code = s.ok() ? kExitOk : ReportError("grad", s);

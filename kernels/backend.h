@@ -35,6 +35,18 @@ class Backend {
 
   virtual Device device() const = 0;
   virtual Allocator& allocator() = 0;
+  // Storage dtype of activations: f32 on the CPU; bf16 (or f32) on CUDA.
+  // Per-row statistics (rstd, lse) and parameter gradients stay f32.
+  virtual DType activation_dtype() const { return DType::kF32; }
+
+  // ---- transfers (the defaults suit backends that compute in host memory) ----
+  // dst = src, equal shapes and dtypes, where each side is host memory or this
+  // backend's device. Returns once src may be reused and, when dst is on the
+  // host, once dst holds the data.
+  virtual void Copy(const Tensor& src, Tensor& dst);
+  // Waits for every op issued so far; CHECK-fails on an asynchronous device
+  // error.
+  virtual void Synchronize() {}
 
   // ---- embedding -------------------------------------------------------
   // out[t, :] = table[ids[t], :].  table [V, H] f32, ids [T] i32, out [T, H].

@@ -1,9 +1,32 @@
 #include "kernels/random.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 namespace sbp {
 namespace {
+
+// Runs fn(begin, end) over [0, n) in blocks of an even size on up to one
+// thread per core when n is large. Values depend on (seed, index) only, so
+// the split never changes the result.
+template <typename Fn>
+void ForRanges(int64_t n, Fn fn) {
+  constexpr int64_t kMinPerThread = int64_t{1} << 20;
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const int64_t threads = std::min(cores, (n + kMinPerThread - 1) / kMinPerThread);
+  if (threads <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  const int64_t per = ((n + threads - 1) / threads + 1) / 2 * 2;
+  std::vector<std::thread> workers;
+  for (int64_t begin = 0; begin < n; begin += per) {
+    workers.emplace_back(fn, begin, std::min(n, begin + per));
+  }
+  for (std::thread& w : workers) w.join();
+}
 
 // Uniform in (0, 1), never exactly 0 (safe for log).
 double UnitUniform(uint64_t seed, uint64_t index) {
@@ -30,22 +53,25 @@ uint64_t HashIndex(uint64_t seed, uint64_t index) {
 void FillNormal(Tensor& tensor, uint64_t seed, float mean, float std) {
   CHECK(tensor.device().is_cpu());
   const int64_t n = tensor.numel();
-  for (int64_t i = 0; i < n; i += 2) {
-    const double u1 = UnitUniform(seed, static_cast<uint64_t>(i));
-    const double u2 = UnitUniform(seed, static_cast<uint64_t>(i + 1));
-    const double r = std::sqrt(-2.0 * std::log(u1));
-    const double angle = 2.0 * M_PI * u2;
-    Store(tensor, i, static_cast<float>(mean + std * r * std::cos(angle)));
-    if (i + 1 < n) Store(tensor, i + 1, static_cast<float>(mean + std * r * std::sin(angle)));
-  }
+  ForRanges(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i += 2) {
+      const double u1 = UnitUniform(seed, static_cast<uint64_t>(i));
+      const double u2 = UnitUniform(seed, static_cast<uint64_t>(i + 1));
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      const double angle = 2.0 * M_PI * u2;
+      Store(tensor, i, static_cast<float>(mean + std * r * std::cos(angle)));
+      if (i + 1 < n) Store(tensor, i + 1, static_cast<float>(mean + std * r * std::sin(angle)));
+    }
+  });
 }
 
 void FillUniform(Tensor& tensor, uint64_t seed, float low, float high) {
   CHECK(tensor.device().is_cpu());
-  const int64_t n = tensor.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    Store(tensor, i, static_cast<float>(low + (high - low) * UnitUniform(seed, i)));
-  }
+  ForRanges(tensor.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      Store(tensor, i, static_cast<float>(low + (high - low) * UnitUniform(seed, i)));
+    }
+  });
 }
 
 void FillIntegers(Tensor& tensor, uint64_t seed, int32_t low, int32_t high) {

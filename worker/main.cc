@@ -25,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "common/byte_size.h"
 #include "common/version.h"
+#include "kernels/compute_device.h"
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/device_info.h"
 #include "worker/agent/system_info.h"
@@ -99,7 +100,14 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
   auto device = ParseDevice(flags.device);
   if (!device.ok()) return device.status();
   options.device = *device;
-  if (flags.memory.empty()) {
+  if (flags.memory.empty() && options.device == DeviceKind::kCuda) {
+    // A GPU worker advertises the device's memory, which its allocator tracks.
+    auto cuda_device = ParseDeviceName(flags.device);
+    if (!cuda_device.ok()) return cuda_device.status();
+    auto bytes = DeviceMemoryBytes(*cuda_device);
+    if (!bytes.ok()) return bytes.status();
+    options.memory_bytes = *bytes;
+  } else if (flags.memory.empty()) {
     options.memory_bytes = PhysicalMemoryBytes();
   } else {
     auto bytes = ParseByteSize(flags.memory);
@@ -148,7 +156,7 @@ int Main(int argc, char** argv) {
   app.add_option("--device", flags.device, "cpu or cuda:N")->capture_default_str();
   app.add_option("--memory", flags.memory,
                  "memory to advertise and enforce as the budget, e.g. 8GiB "
-                 "(default: the machine's physical memory)");
+                 "(default: the machine's physical memory, or the GPU's with --device cuda:N)");
   app.add_option("--work-dir", flags.work_dir, "relative paths in job specs resolve here")
       ->capture_default_str();
   app.add_option("--metrics-listen", flags.metrics_listen, "serve /metrics on host:port");

@@ -84,5 +84,6 @@ void CpuBackend::Axpy(float alpha, const Tensor& x, Tensor& y) { cpu::Axpy(alpha
 void CpuBackend::Scale(Tensor& x, float s) { cpu::Scale(x, s); }
 void CpuBackend::Fill(Tensor& x, float value) { cpu::Fill(x, value); }
 void CpuBackend::Cast(const Tensor& src, Tensor& dst) { cpu::Cast(src, dst); }
+void CpuBackend::Copy(const Tensor& src, Tensor& dst) { cpu::Copy(src, dst); }
 
 }  // namespace sbp

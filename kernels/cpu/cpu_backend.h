@@ -15,6 +15,9 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device::Cpu(); }
   Allocator& allocator() override { return allocator_; }
+  DType activation_dtype() const override { return DType::kF32; }
+  void Copy(const Tensor& src, Tensor& dst) override;
+  void Synchronize() override {}  // every op has finished when it returns
 
   void EmbeddingForward(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tensor& dtable) override;

@@ -153,4 +153,13 @@ void Cast(const Tensor& src, Tensor& dst) {
                << ": only f32 <-> bf16 or equal dtypes are supported";
 }
 
+void Copy(const Tensor& src, Tensor& dst) {
+  CheckHost(src, "src");
+  CheckHost(dst, "dst");
+  CheckSameShape(dst, src, "Copy", "dst", "src");
+  CHECK(src.dtype() == dst.dtype()) << "Copy from " << src.DebugString() << " to "
+                                    << dst.DebugString() << ": dtypes differ (use Cast)";
+  if (src.raw_data() != dst.raw_data()) std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
+}
+
 }  // namespace sbp::cpu

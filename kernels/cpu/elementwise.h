@@ -10,6 +10,7 @@
 //                                    i32 fill value must be an integer in range)
 //   Cast:  dst = src                (f32 <-> bf16 via kernels/dtype.h, or a plain
 //                                    copy when the dtypes are equal; equal shapes)
+//   Copy:  dst = src                (equal shapes and dtypes, both on the host)
 //
 // Nothing is saved for backward: these are building blocks of the engine and
 // the optimizer, not differentiated ops.
@@ -25,5 +26,6 @@ void Axpy(float alpha, const Tensor& x, Tensor& y);
 void Scale(Tensor& x, float s);
 void Fill(Tensor& x, float value);
 void Cast(const Tensor& src, Tensor& dst);
+void Copy(const Tensor& src, Tensor& dst);
 
 }  // namespace sbp::cpu

@@ -53,6 +53,14 @@ absl::Status ValidateSequence(const TokenSequence& sequence, int64_t vocab_size,
 
 namespace {
 
+// `host` itself on a host backend, else a copy on the backend's device.
+absl::StatusOr<Tensor> OnBackendDevice(Backend& backend, const Tensor& host, const char* what) {
+  if (backend.device().is_cpu()) return host;
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(backend.allocator(), host.shape(), host.dtype(), what));
+  backend.Copy(host, t);
+  return t;
+}
+
 absl::StatusOr<BatchResult> RunBatch(Engine& engine, const ModelTensors& weights,
                                      const std::vector<TokenSequence>& batch,
                                      ModelTensors* grads, int64_t normaliser) {
@@ -67,8 +75,12 @@ absl::StatusOr<BatchResult> RunBatch(Engine& engine, const ModelTensors& weights
     std::vector<int32_t> ids = sequence.input_ids;
     std::vector<int32_t> targets = ShiftedTargets(sequence);
     const int64_t n = static_cast<int64_t>(ids.size());
-    Tensor ids_t = Tensor::Wrap(ids.data(), {n}, DType::kI32);
-    Tensor targets_t = Tensor::Wrap(targets.data(), {n}, DType::kI32);
+    ASSIGN_OR_RETURN(Tensor ids_t, OnBackendDevice(engine.backend(),
+                                                   Tensor::Wrap(ids.data(), {n}, DType::kI32),
+                                                   "token ids"));
+    ASSIGN_OR_RETURN(Tensor targets_t,
+                     OnBackendDevice(engine.backend(),
+                                     Tensor::Wrap(targets.data(), {n}, DType::kI32), "targets"));
     double contribution = 0;
     if (grads != nullptr) {
       ASSIGN_OR_RETURN(contribution,

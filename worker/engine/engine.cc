@@ -11,7 +11,11 @@
 namespace sbp {
 namespace {
 
+// Activations in the backend's storage dtype; per-row statistics in f32.
 absl::StatusOr<Tensor> Make(Backend& backend, Shape shape, const std::string& what) {
+  return Tensor::Empty(backend.allocator(), std::move(shape), backend.activation_dtype(), what);
+}
+absl::StatusOr<Tensor> MakeF32(Backend& backend, Shape shape, const std::string& what) {
   return Tensor::Empty(backend.allocator(), std::move(shape), DType::kF32, what);
 }
 
@@ -24,9 +28,12 @@ void CheckSequence(const Tensor& ids, const Tensor& targets) {
 
 absl::string_view BackwardModeName(BackwardMode mode) {
   switch (mode) {
-    case BackwardMode::kFull: return "full";
-    case BackwardMode::kCheckpoint: return "checkpoint";
-    case BackwardMode::kStream: return "stream";
+    case BackwardMode::kFull:
+      return "full";
+    case BackwardMode::kCheckpoint:
+      return "checkpoint";
+    case BackwardMode::kStream:
+      return "stream";
   }
   return "?";
 }
@@ -74,7 +81,7 @@ absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
   const int64_t T = hidden.dim(0), H = config_.hidden_size, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   ASSIGN_OR_RETURN(Tensor normed, Make(b, {logits_chunk, H}, "LM head normed hidden"));
-  ASSIGN_OR_RETURN(Tensor rstd, Make(b, {logits_chunk}, "LM head rstd"));
+  ASSIGN_OR_RETURN(Tensor rstd, MakeF32(b, {logits_chunk}, "LM head rstd"));
   ASSIGN_OR_RETURN(Tensor logits_buffer, Make(b, {logits_chunk, V}, "logits"));
   // The baselines hold the logits and their gradient as two T x V tensors, as
   // autograd does (PyTorch's cross-entropy is not in place); StreamBP

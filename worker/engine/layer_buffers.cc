@@ -6,8 +6,15 @@
 namespace sbp {
 namespace {
 
+// Activations in the backend's storage dtype; per-row statistics and the
+// dK/dV accumulators (summed over every query chunk) in f32.
 absl::StatusOr<Tensor> Make(Backend& backend, Shape shape, const std::string& what,
                             absl::string_view name) {
+  return Tensor::Empty(backend.allocator(), std::move(shape), backend.activation_dtype(),
+                       absl::StrCat(what, " ", name));
+}
+absl::StatusOr<Tensor> MakeF32(Backend& backend, Shape shape, const std::string& what,
+                               absl::string_view name) {
   return Tensor::Empty(backend.allocator(), std::move(shape), DType::kF32,
                        absl::StrCat(what, " ", name));
 }
@@ -22,7 +29,7 @@ absl::StatusOr<KvBuffers> KvBuffers::Allocate(Backend& backend, const ModelConfi
   const Shape shape = {tokens, c.num_key_value_heads, c.head_dim};
   if (c.qk_norm) {
     ASSIGN_OR_RETURN(kv.k_pre, Make(backend, shape, what, "k before norm"));
-    ASSIGN_OR_RETURN(kv.k_rstd, Make(backend, {tokens, c.num_key_value_heads}, what, "k rstd"));
+    ASSIGN_OR_RETURN(kv.k_rstd, MakeF32(backend, {tokens, c.num_key_value_heads}, what, "k rstd"));
   }
   ASSIGN_OR_RETURN(kv.k, Make(backend, shape, what, "K"));
   ASSIGN_OR_RETURN(kv.v, Make(backend, shape, what, "V"));
@@ -42,8 +49,8 @@ absl::StatusOr<KvGrads> KvGrads::Allocate(Backend& backend, const ModelConfig& c
                                           int64_t tokens) {
   KvGrads g;
   const Shape shape = {tokens, c.num_key_value_heads, c.head_dim};
-  ASSIGN_OR_RETURN(g.dk, Make(backend, shape, "backward", "dK"));
-  ASSIGN_OR_RETURN(g.dv, Make(backend, shape, "backward", "dV"));
+  ASSIGN_OR_RETURN(g.dk, MakeF32(backend, shape, "backward", "dK"));
+  ASSIGN_OR_RETURN(g.dv, MakeF32(backend, shape, "backward", "dV"));
   return g;
 }
 
@@ -55,16 +62,16 @@ absl::StatusOr<ChunkActivations> ChunkActivations::Allocate(Backend& backend,
   const int64_t Hq = c.num_attention_heads, d = c.head_dim;
   ChunkActivations a;
   ASSIGN_OR_RETURN(a.xn, Make(backend, {rows, H}, what, "normed input"));
-  ASSIGN_OR_RETURN(a.x_rstd, Make(backend, {rows}, what, "input rstd"));
+  ASSIGN_OR_RETURN(a.x_rstd, MakeF32(backend, {rows}, what, "input rstd"));
   if (c.qk_norm) {
     ASSIGN_OR_RETURN(a.q_pre, Make(backend, {rows, Hq, d}, what, "q before norm"));
-    ASSIGN_OR_RETURN(a.q_rstd, Make(backend, {rows, Hq}, what, "q rstd"));
+    ASSIGN_OR_RETURN(a.q_rstd, MakeF32(backend, {rows, Hq}, what, "q rstd"));
   }
   ASSIGN_OR_RETURN(a.q, Make(backend, {rows, Hq, d}, what, "q"));
   ASSIGN_OR_RETURN(a.attn, Make(backend, {rows, Hq * d}, what, "attention output"));
-  ASSIGN_OR_RETURN(a.lse, Make(backend, {rows, Hq}, what, "attention lse"));
+  ASSIGN_OR_RETURN(a.lse, MakeF32(backend, {rows, Hq}, what, "attention lse"));
   ASSIGN_OR_RETURN(a.h, Make(backend, {rows, H}, what, "residual"));
-  ASSIGN_OR_RETURN(a.h_rstd, Make(backend, {rows}, what, "post-attention rstd"));
+  ASSIGN_OR_RETURN(a.h_rstd, MakeF32(backend, {rows}, what, "post-attention rstd"));
   ASSIGN_OR_RETURN(a.hn, Make(backend, {rows, H}, what, "post-attention norm"));
   ASSIGN_OR_RETURN(a.gate, Make(backend, {rows, I}, what, "gate"));
   ASSIGN_OR_RETURN(a.up, Make(backend, {rows, I}, what, "up"));

@@ -1,0 +1,108 @@
+// CudaBackend plumbing: creation, transfers, synchronisation, the device
+// error word and scratch. The ops are defined in cuda_ops.cc, matmul.cc and
+// cuda_attention.cc.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernel_args.h"
+#include "kernels/cuda/tensor_args.h"
+
+namespace sbp {
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaAllocator& allocator,
+                                                                 CudaBackendOptions options) {
+  if (options.activation_dtype != DType::kF32 && options.activation_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA activations must be f32 or bf16, not ",
+                                                   DTypeName(options.activation_dtype)));
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(allocator, options));
+  backend->Bind();
+  SBP_CUBLAS_CHECK(cublasCreate(&backend->cublas_));
+  SBP_CUBLAS_CHECK(cublasSetStream(backend->cublas_, allocator.stream()));
+  SBP_CUBLAS_CHECK(cublasSetPointerMode(backend->cublas_, CUBLAS_POINTER_MODE_HOST));
+  // No TF32: f32 GEMMs stay fp32 so that they match the CPU reference.
+  SBP_CUBLAS_CHECK(cublasSetMathMode(backend->cublas_, CUBLAS_DEFAULT_MATH));
+  if (options.cublas_workspace_bytes > 0) {
+    auto workspace = allocator.Allocate(options.cublas_workspace_bytes, "cuBLAS workspace");
+    if (!workspace.ok()) return workspace.status();
+    backend->workspace_ = *std::move(workspace);
+    SBP_CUBLAS_CHECK(cublasSetWorkspace(backend->cublas_, backend->workspace_->data(),
+                                        backend->workspace_->bytes()));
+  }
+  SBP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&backend->error_word_), sizeof(int)));
+  SBP_CUDA_CHECK(cudaMemsetAsync(backend->error_word_, 0, sizeof(int), allocator.stream()));
+  SBP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->error_host_), sizeof(int)));
+  SBP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->scalar_host_), sizeof(double)));
+  backend->SyncAndCheck("creating the CUDA backend");
+  return backend;
+}
+
+CudaBackend::~CudaBackend() {
+  Bind();
+  cudaStreamSynchronize(stream());
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  workspace_.reset();
+  if (error_word_ != nullptr) cudaFree(error_word_);
+  if (error_host_ != nullptr) cudaFreeHost(error_host_);
+  if (scalar_host_ != nullptr) cudaFreeHost(scalar_host_);
+}
+
+void CudaBackend::Bind() const { SBP_CUDA_CHECK(cudaSetDevice(allocator_.index())); }
+
+Tensor CudaBackend::Scratch(Shape shape, DType dtype, const char* what) {
+  auto t = Tensor::Empty(allocator_, std::move(shape), dtype, what);
+  CHECK(t.ok()) << "CUDA scratch: " << t.status();
+  return *std::move(t);
+}
+
+void CudaBackend::SyncAndCheck(const char* op) {
+  SBP_CUDA_CHECK(
+      cudaMemcpyAsync(error_host_, error_word_, sizeof(int), cudaMemcpyDeviceToHost, stream()));
+  const cudaError_t status = cudaStreamSynchronize(stream());
+  CHECK(status == cudaSuccess) << op << ": a kernel failed on " << DeviceName(device()) << ": "
+                               << cudaGetErrorName(status) << " (" << cudaGetErrorString(status)
+                               << "); run with SBP_CUDA_SYNC_CHECK=1 to name the kernel";
+  const int error = *error_host_;
+  if (error != 0) {
+    std::string what;
+    if (error & cuda::kErrorTokenId) what += " a token id outside the vocabulary;";
+    if (error & cuda::kErrorTarget) what += " a target outside the vocabulary (and not -100);";
+    SBP_CUDA_CHECK(cudaMemsetAsync(error_word_, 0, sizeof(int), stream()));
+    CHECK(false) << op << ": the device found" << what
+                 << " the bad rows were skipped (an embedding row or a loss row was zeroed)";
+  }
+}
+
+double CudaBackend::ReadScalar(const double* device_value, const char* op) {
+  SBP_CUDA_CHECK(cudaMemcpyAsync(scalar_host_, device_value, sizeof(double), cudaMemcpyDeviceToHost,
+                                 stream()));
+  SyncAndCheck(op);
+  return *scalar_host_;
+}
+
+void CudaBackend::Synchronize() {
+  Bind();
+  SyncAndCheck("Synchronize");
+}
+
+void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
+  Bind();
+  for (const Tensor* t : {&src, static_cast<const Tensor*>(&dst)}) {
+    CHECK(t->defined() && t->is_contiguous() && (t->device().is_cpu() || t->device() == device()))
+        << "Copy: " << t->DebugString() << " must be contiguous, on the host or on "
+        << DeviceName(device());
+  }
+  cuda::CheckShape(dst, src, "Copy dst", "src");
+  CHECK(src.dtype() == dst.dtype()) << "Copy from " << src.DebugString() << " to "
+                                    << dst.DebugString() << ": dtypes differ (use Cast)";
+  if (src.nbytes() == 0 || src.raw_data() == dst.raw_data()) return;
+  SBP_CUDA_CHECK(
+      cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDefault, stream()));
+  // Host memory on either side: wait, so that src may be reused and dst read.
+  if (src.device().is_cpu() || dst.device().is_cpu()) SyncAndCheck("Copy");
+}
+
+}  // namespace sbp

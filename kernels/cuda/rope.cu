@@ -1,0 +1,46 @@
+// Rotary position embedding, Hugging Face rotate_half (CUDA), in place; the
+// math of kernels/cpu/rope.h: row t of x [T, H, d] has position
+// p = offset + t, inv_freq_i = theta^(-2i/d), angle = p * inv_freq_i in
+// double (cos/sin rounded to fp32 as on the CPU); with x1 = x[..., :d/2],
+// x2 = x[..., d/2:]: forward (x1, x2) <- (x1 c - x2 s, x2 c + x1 s); the
+// backward uses -s (the transposed rotation). One thread per (t, i) pair
+// rotates that pair in every head.
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launch.h"
+
+namespace sbp::cuda {
+namespace {
+
+__global__ void RopeKernel(Out x, int64_t rows, int64_t heads, int64_t d, int64_t offset,
+                           double theta, float sign) {
+  const int64_t half = d / 2;
+  const int64_t pairs = rows * half;
+  for (int64_t idx = GlobalThread(); idx < pairs; idx += GridStride()) {
+    const int64_t t = idx / half, i = idx % half;
+    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    double sin_d, cos_d;
+    sincos(static_cast<double>(offset + t) * inv_freq, &sin_d, &cos_d);
+    const float c = static_cast<float>(cos_d);
+    const float s = sign * static_cast<float>(sin_d);
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t i1 = (t * heads + h) * d + i, i2 = i1 + half;
+      const float a = Load(x, i1), b = Load(x, i2);
+      Store(x, i1, a * c - b * s);
+      Store(x, i2, b * c + a * s);
+    }
+  }
+}
+
+}  // namespace
+
+void LaunchRope(cudaStream_t stream, Out x, int64_t rows, int64_t heads, int64_t d,
+                int64_t position_offset, double theta, bool backward) {
+  const int64_t pairs = rows * (d / 2);
+  if (pairs == 0 || heads == 0) return;
+  RopeKernel<<<GridFor(pairs), kThreads, 0, stream>>>(x, rows, heads, d, position_offset, theta,
+                                                      backward ? -1.0f : 1.0f);
+  CheckLaunch("RopeKernel", stream);
+}
+
+}  // namespace sbp::cuda

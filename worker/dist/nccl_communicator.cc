@@ -1,0 +1,226 @@
+#include "worker/dist/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace sbp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kUniqueIdKey[] = "nccl_unique_id";
+
+absl::Status CudaStatus(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(call, ": ", cudaGetErrorString(e)));
+}
+
+std::string NcclText(ncclResult_t r) { return ncclGetErrorString(r); }
+
+}  // namespace
+
+struct NcclCommunicator::Impl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ready = nullptr, done = nullptr;
+  double* staging = nullptr;  // device buffer for host all-reduces
+  int64_t staging_count = 0;
+  bool broken = false;
+};
+
+NcclCommunicator::NcclCommunicator(const NcclOptions& options)
+    : options_(options), impl_(std::make_unique<Impl>()) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (impl_ == nullptr) return;
+  cudaSetDevice(options_.device);
+  if (impl_->comm != nullptr) {
+    if (impl_->broken) {
+      ncclCommAbort(impl_->comm);
+    } else {
+      ncclCommFinalize(impl_->comm);
+      ncclCommDestroy(impl_->comm);
+    }
+  }
+  if (impl_->staging != nullptr) cudaFree(impl_->staging);
+  if (impl_->ready != nullptr) cudaEventDestroy(impl_->ready);
+  if (impl_->done != nullptr) cudaEventDestroy(impl_->done);
+  if (impl_->stream != nullptr) cudaStreamDestroy(impl_->stream);
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
+    gloo::rendezvous::Store& store, const NcclOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is not in a world of ", options.world_size));
+  }
+  std::unique_ptr<NcclCommunicator> self(new NcclCommunicator(options));
+  Impl& impl = *self->impl_;
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options.device), "cudaSetDevice"));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&impl.stream, cudaStreamNonBlocking),
+                             "cudaStreamCreate"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaEventCreateWithFlags(&impl.ready, cudaEventDisableTiming), "cudaEventCreate"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaEventCreateWithFlags(&impl.done, cudaEventDisableTiming), "cudaEventCreate"));
+
+  // The unique id travels through the store.
+  ncclUniqueId id;
+  try {
+    if (options.rank == 0) {
+      const ncclResult_t r = ncclGetUniqueId(&id);
+      if (r != ncclSuccess) {
+        return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", NcclText(r)));
+      }
+      store.set(kUniqueIdKey, std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+    } else {
+      store.wait({kUniqueIdKey}, options.timeout);
+      const std::vector<char> bytes = store.get(kUniqueIdKey);
+      if (bytes.size() != sizeof(id.internal)) {
+        return absl::InvalidArgumentError(absl::StrCat("rendezvous: the NCCL unique id has ",
+                                                       bytes.size(), " bytes, expected ",
+                                                       sizeof(id.internal)));
+      }
+      std::memcpy(id.internal, bytes.data(), bytes.size());
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", options.rank, ": rendezvous: ", e.what()));
+  }
+
+  // Non-blocking initialisation, so that a rank that never arrives is a
+  // timeout rather than a hang.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclResult_t r =
+      ncclCommInitRankConfig(&impl.comm, options.world_size, id, options.rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    return absl::UnavailableError(absl::StrCat("ncclCommInitRankConfig: ", NcclText(r)));
+  }
+  const auto deadline = Clock::now() + options.timeout;
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) {
+    ncclCommGetAsyncError(impl.comm, &state);
+    if (state == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        impl.broken = true;
+        return absl::DeadlineExceededError(
+            absl::StrCat("rank ", options.rank, ": NCCL initialisation did not finish within ",
+                         options.timeout.count(), " ms (a rank did not join)"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  if (state != ncclSuccess) {
+    impl.broken = true;
+    return absl::UnavailableError(absl::StrCat("NCCL initialisation: ", NcclText(state)));
+  }
+  return self;
+}
+
+absl::Status NcclCommunicator::Launch(const char* what,
+                                      const std::function<int(void* stream)>& enqueue) {
+  Impl& impl = *impl_;
+  const std::string where = absl::StrCat(what, " on rank ", rank(), " of ", world_size());
+  if (impl.broken) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": an earlier collective failed; the communicator is unusable"));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+  auto compute = static_cast<cudaStream_t>(options_.compute_stream);
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.ready, compute), "cudaEventRecord"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaStreamWaitEvent(impl.stream, impl.ready, 0), "cudaStreamWaitEvent"));
+  const auto r = static_cast<ncclResult_t>(enqueue(impl.stream));
+  if (r != ncclSuccess && r != ncclInProgress) {
+    impl.broken = true;
+    return absl::UnavailableError(absl::StrCat(where, ": ", NcclText(r)));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.done, impl.stream), "cudaEventRecord"));
+  const auto deadline = Clock::now() + options_.timeout;
+  while (true) {
+    const cudaError_t q = cudaEventQuery(impl.done);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      impl.broken = true;
+      return absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(q)));
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(impl.comm, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      impl.broken = true;
+      return absl::UnavailableError(absl::StrCat(where, ": a peer failed: ", NcclText(async)));
+    }
+    if (Clock::now() > deadline) {
+      impl.broken = true;
+      return absl::DeadlineExceededError(
+          absl::StrCat(where, ": a peer did not answer within ", options_.timeout.count(), " ms"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NcclCommunicator::ReduceScatterSum(float* data, int64_t chunk) {
+  if (chunk == 0) return absl::OkStatus();
+  // In place: the output is chunk rank() of the input, as NCCL allows.
+  float* out = data + static_cast<int64_t>(rank()) * chunk;
+  return Launch("reduce-scatter", [&](void* stream) {
+    return static_cast<int>(ncclReduceScatter(data, out, static_cast<size_t>(chunk), ncclFloat,
+                                              ncclSum, impl_->comm,
+                                              static_cast<cudaStream_t>(stream)));
+  });
+}
+
+absl::Status NcclCommunicator::AllGather(float* data, int64_t chunk) {
+  if (chunk == 0) return absl::OkStatus();
+  const float* in = data + static_cast<int64_t>(rank()) * chunk;
+  return Launch("all-gather", [&](void* stream) {
+    return static_cast<int>(ncclAllGather(in, data, static_cast<size_t>(chunk), ncclFloat,
+                                          impl_->comm, static_cast<cudaStream_t>(stream)));
+  });
+}
+
+absl::Status NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp op) {
+  if (count == 0) return absl::OkStatus();
+  Impl& impl = *impl_;
+  if (impl.staging_count < count) {
+    if (impl.staging != nullptr) cudaFree(impl.staging);
+    impl.staging = nullptr;
+    RETURN_IF_ERROR(CudaStatus(cudaMalloc(&impl.staging, count * sizeof(double)), "cudaMalloc"));
+    impl.staging_count = count;
+  }
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy(impl.staging, data, count * sizeof(double), cudaMemcpyHostToDevice),
+                 "cudaMemcpy"));
+  RETURN_IF_ERROR(Launch("all-reduce", [&](void* stream) {
+    return static_cast<int>(ncclAllReduce(impl.staging, impl.staging, static_cast<size_t>(count),
+                                          ncclDouble, op == ReduceOp::kSum ? ncclSum : ncclMax,
+                                          impl.comm, static_cast<cudaStream_t>(stream)));
+  }));
+  return CudaStatus(cudaMemcpy(data, impl.staging, count * sizeof(double), cudaMemcpyDeviceToHost),
+                    "cudaMemcpy");
+}
+
+absl::Status NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
+  if (root < 0 || root >= world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  return Launch("broadcast", [&](void* stream) {
+    return static_cast<int>(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclChar, root,
+                                          impl_->comm, static_cast<cudaStream_t>(stream)));
+  });
+}
+
+absl::Status NcclCommunicator::Barrier() {
+  double token = 0;
+  return AllReduce(&token, 1, ReduceOp::kSum);
+}
+
+}  // namespace sbp

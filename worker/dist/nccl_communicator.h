@@ -1,0 +1,58 @@
+// Communicator over NCCL for CUDA workers (built when the CUDA toolkit is
+// found). Buffers are device pointers on the rank's device. Rank 0 creates
+// the NCCL unique id and publishes it through the rendezvous Store (the
+// coordinator's key-value service, scoped to the attempt), the others read
+// it. Collectives run on the communicator's own stream: each call first
+// makes that stream wait for the work already queued on the compute stream
+// (an event), then waits for the collective's completion event, polling
+// NCCL's asynchronous error state; past the timeout, or on a peer's error,
+// the communicator is aborted and the call returns an error naming it.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "gloo/rendezvous/store.h"
+#include "worker/dist/communicator.h"
+
+namespace sbp {
+
+struct NcclOptions {
+  int rank = 0;
+  int world_size = 1;
+  int device = 0;                  // CUDA device index of this rank
+  void* compute_stream = nullptr;  // cudaStream_t the engine computes on (null: default)
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Connect(gloo::rendezvous::Store& store,
+                                                                   const NcclOptions& options);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+  absl::Status ReduceScatterSum(float* data, int64_t chunk) override;
+  absl::Status AllGather(float* data, int64_t chunk) override;
+  // `data` is a host array here (counts and norms); it is staged through a
+  // small device buffer.
+  absl::Status AllReduce(double* data, int64_t count, ReduceOp op) override;
+  absl::Status Broadcast(void* data, int64_t bytes, int root) override;
+  absl::Status Barrier() override;
+
+ private:
+  struct Impl;
+  explicit NcclCommunicator(const NcclOptions& options);
+  // Orders the comm stream after the compute stream, runs `enqueue` (which
+  // queues NCCL work on the given stream and returns an ncclResult_t), then
+  // waits for it within the timeout.
+  absl::Status Launch(const char* what, const std::function<int(void* stream)>& enqueue);
+
+  NcclOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sbp

@@ -1,0 +1,97 @@
+#include "worker/engine/device_store.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace sbp {
+namespace {
+
+// Offset (in elements) of view `t` inside `flat`.
+int64_t OffsetIn(const Tensor& t, const Tensor& flat) {
+  const int64_t bytes =
+      static_cast<const char*>(t.raw_data()) - static_cast<const char*>(flat.raw_data());
+  return bytes / static_cast<int64_t>(DTypeSize(flat.dtype()));
+}
+
+// A copy of `like` whose groups are new device buffers of `dtype` (contents
+// uninitialised), with every view at the same offset.
+absl::StatusOr<ParameterStore> Reallocate(const ParameterStore& like, Backend& backend, DType dtype,
+                                          absl::string_view what) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter stores hold f32 or bf16, not ", DTypeName(dtype)));
+  }
+  ParameterStore out = like;
+  for (ParameterGroup& group : out.groups()) {
+    const Tensor host_flat = group.flat;
+    ASSIGN_OR_RETURN(group.flat, Tensor::Empty(backend.allocator(), host_flat.shape(), dtype,
+                                               absl::StrCat(what, " ", group.name)));
+    for (size_t i = 0; i < group.tensors.size(); ++i) {
+      const Tensor& view = group.tensors[i];
+      const int64_t offset = OffsetIn(view, host_flat);
+      group.tensors[i] = group.flat.Rows(offset, offset + view.numel()).Reshape(view.shape());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ParameterStore> CopyStoreToDevice(const ParameterStore& host, Backend& backend,
+                                                 DType dtype, absl::string_view what) {
+  ASSIGN_OR_RETURN(ParameterStore out, Reallocate(host, backend, dtype, what));
+  for (size_t g = 0; g < out.groups().size(); ++g) {
+    const Tensor& src = host.groups()[g].flat;
+    Tensor& dst = out.groups()[g].flat;
+    if (src.dtype() == dst.dtype()) {
+      backend.Copy(src, dst);
+      continue;
+    }
+    // Stage the f32 values on the device, then round them there.
+    ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(backend.allocator(), src.shape(), src.dtype(),
+                                                  absl::StrCat(what, " staging")));
+    backend.Copy(src, staged);
+    backend.Cast(staged, dst);
+    backend.Synchronize();  // before the staging buffer is released
+  }
+  return out;
+}
+
+absl::StatusOr<ParameterStore> ZeroStoreOnDevice(const ParameterStore& like, Backend& backend,
+                                                 DType dtype, absl::string_view what) {
+  ASSIGN_OR_RETURN(ParameterStore out, Reallocate(like, backend, dtype, what));
+  ZeroStore(out, backend);
+  return out;
+}
+
+void ZeroStore(ParameterStore& store, Backend& backend) {
+  for (ParameterGroup& group : store.groups()) backend.Fill(group.flat, 0.0f);
+}
+
+absl::Status CopyStoreToHost(const ParameterStore& device, Backend& backend, ParameterStore& host) {
+  if (device.groups().size() != host.groups().size()) {
+    return absl::InvalidArgumentError("CopyStoreToHost: the stores have different layouts");
+  }
+  for (size_t g = 0; g < host.groups().size(); ++g) {
+    const Tensor& src = device.groups()[g].flat;
+    Tensor& dst = host.groups()[g].flat;
+    if (src.shape() != dst.shape()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CopyStoreToHost: group ", host.groups()[g].name, " is ", src.DebugString(),
+                       " on the device and ", dst.DebugString(), " on the host"));
+    }
+    if (src.dtype() == dst.dtype()) {
+      backend.Copy(src, dst);
+      continue;
+    }
+    ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(backend.allocator(), src.shape(), dst.dtype(),
+                                                  "gradient staging"));
+    backend.Cast(src, staged);
+    backend.Copy(staged, dst);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sbp

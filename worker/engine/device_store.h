@@ -1,0 +1,31 @@
+// Parameter stores on a backend's device. A device store has the layout and
+// names of a host ParameterStore (same groups, offsets and padding), its
+// flat buffers allocated on the device in a chosen dtype: the bf16 (or f32)
+// compute copy of the weights, or f32 gradients. BindModelTensors works on
+// it as on a host store; ParameterStore::Zero does not (it is host memory
+// only): ZeroStore clears a store through the backend.
+#pragma once
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/backend.h"
+#include "worker/engine/parameter_store.h"
+
+namespace sbp {
+
+// A device store holding `host`'s values rounded to `dtype` (f32 or bf16).
+// A host backend gets a plain copy in f32.
+absl::StatusOr<ParameterStore> CopyStoreToDevice(const ParameterStore& host, Backend& backend,
+                                                 DType dtype, absl::string_view what);
+
+// A zero-filled device store with `like`'s layout.
+absl::StatusOr<ParameterStore> ZeroStoreOnDevice(const ParameterStore& like, Backend& backend,
+                                                 DType dtype, absl::string_view what);
+
+// Every element (padding included) set to zero, on whichever device holds it.
+void ZeroStore(ParameterStore& store, Backend& backend);
+
+// host <- device (same layout; values converted to the host store's f32).
+absl::Status CopyStoreToHost(const ParameterStore& device, Backend& backend, ParameterStore& host);
+
+}  // namespace sbp
