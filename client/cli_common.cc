@@ -20,11 +20,14 @@ int ReportError(const std::string& command, const absl::Status& status) {
   }
 }
 
-int64_t PeakRssBytes() {
+namespace {
+
+// A "Key: N kB" line of /proc/self/status, in bytes; 0 when absent.
+int64_t StatusBytes(const std::string& wanted) {
   std::ifstream status("/proc/self/status");
   std::string key;
   while (status >> key) {
-    if (key == "VmHWM:") {
+    if (key == wanted) {
       int64_t kib = 0;
       status >> kib;
       return kib * 1024;
@@ -34,6 +37,11 @@ int64_t PeakRssBytes() {
   }
   return 0;
 }
+
+}  // namespace
+
+int64_t PeakRssBytes() { return StatusBytes("VmHWM:"); }
+int64_t CurrentRssBytes() { return StatusBytes("VmRSS:"); }
 
 bool ResetPeakRss() {
   std::ofstream clear("/proc/self/clear_refs");

@@ -19,6 +19,8 @@ int ReportError(const std::string& command, const absl::Status& status);
 
 // Peak resident set size of this process (VmHWM), bytes; 0 when unknown.
 int64_t PeakRssBytes();
+// Current resident set size (VmRSS), bytes; 0 when unknown.
+int64_t CurrentRssBytes();
 // Resets the VmHWM high-water mark to the current RSS (Linux clear_refs 5);
 // false when the kernel does not allow it.
 bool ResetPeakRss();
