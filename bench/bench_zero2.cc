@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -172,6 +173,7 @@ int Main(int argc, char** argv) {
 }  // namespace sbp
 
 int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);
   sbp::cpu::EnsureFastOpenBlasCore(argv);
   return sbp::Main(argc, argv);
 }

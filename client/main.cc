@@ -1,4 +1,5 @@
 // sbp: the command-line client of the StreamBP runtime.
+#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -18,6 +19,9 @@
 #include "kernels/device_info.h"
 
 int main(int argc, char** argv) {
+  // A peer that goes away mid-write (a collective of `sbp run`'s workers, a
+  // closed pipe) must surface as an error, not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
   sbp::cpu::EnsureFastOpenBlasCore(argv);
   CLI::App app{"sbp: exact long-sequence training with StreamBP"};
   app.set_version_flag("--version", [] {

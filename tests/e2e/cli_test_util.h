@@ -2,6 +2,7 @@
 // and a helper that captures exit code, stdout and stderr.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -10,8 +11,6 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace sbp::testing {
 
@@ -27,6 +26,12 @@ inline std::string BinaryDir() {
 }
 
 inline std::string SbpBinary() { return BinaryDir() + "/bin/sbp"; }
+
+// The source tree (ctest sets SBP_SOURCE_DIR; tests otherwise run from it).
+inline std::string SourceDir() {
+  const char* dir = std::getenv("SBP_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path);

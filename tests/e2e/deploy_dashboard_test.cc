@@ -18,11 +18,6 @@ namespace {
 
 using std::chrono::seconds;
 
-std::string SourceDir() {
-  const char* dir = std::getenv("SBP_SOURCE_DIR");
-  return dir ? dir : ".";
-}
-
 // Every sbp_* name in the dashboard's queries (targets' expr, variables' query).
 void CollectNames(const nlohmann::json& j, std::set<std::string>* names) {
   static const std::regex kName("sbp_[a-zA-Z0-9_:]*");

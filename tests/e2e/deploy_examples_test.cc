@@ -10,11 +10,6 @@
 namespace sbp::testing {
 namespace {
 
-std::string SourceDir() {
-  const char* dir = std::getenv("SBP_SOURCE_DIR");
-  return dir ? dir : ".";
-}
-
 TEST(DeployExamplesTest, KubernetesJobSubmitsAnAcceptedSpec) {
   const std::vector<YAML::Node> docs =
       YAML::LoadAllFromFile(SourceDir() + "/examples/k8s-job.yaml");

@@ -20,11 +20,6 @@ namespace {
 
 using std::chrono::seconds;
 
-std::string SourceDir() {
-  const char* dir = std::getenv("SBP_SOURCE_DIR");
-  return dir ? dir : ".";
-}
-
 struct Target {
   int port;
   std::string srv_target;  // what Kubernetes DNS publishes for the pod

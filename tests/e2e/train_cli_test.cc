@@ -27,7 +27,9 @@ class TrainCliTest : public ::testing::Test {
     return "name: cli-job\nmodel: model\ndata: " + data +
            "\nobjective: sft\nseq_len: 32\n"
            "streambp: {mode: stream, chunk_tokens: 3, logits_chunk_tokens: 2}\n"
-           "train: {steps: 4, sequences_per_step: 2, lr: 1.0e-2" + extra_train + "}\n"
+           "train: {steps: 4, sequences_per_step: 2, lr: 1.0e-2" +
+           extra_train +
+           "}\n"
            "checkpoint: {every_steps: 2, dir: run}\n";
   }
 
@@ -81,8 +83,7 @@ TEST_F(TrainCliTest, BadInputIsExitCodeTwoWithAClearMessage) {
     EXPECT_EQ(r.exit_code, 2) << c.name << ": " << r.err;
     EXPECT_NE(r.err.find(c.expected_text), std::string::npos)
         << c.name << ": expected '" << c.expected_text << "' in: " << r.err;
-    EXPECT_EQ(ReadAll((dir_ / "run/checkpoints/step-00000004/model.safetensors").string()),
-              weights)
+    EXPECT_EQ(ReadAll((dir_ / "run/checkpoints/step-00000004/model.safetensors").string()), weights)
         << c.name;
   }
 }
@@ -90,8 +91,10 @@ TEST_F(TrainCliTest, BadInputIsExitCodeTwoWithAClearMessage) {
 TEST_F(TrainCliTest, UsageErrorsAreExitCodeTwo) {
   EXPECT_EQ(RunCommand(SbpBinary() + " train", dir_).exit_code, 2);
   EXPECT_EQ(RunCommand(SbpBinary() + " --no-such-flag", dir_).exit_code, 2);
-  EXPECT_EQ(RunCommand(SbpBinary() + " grad --model model --data data.jsonl --mode fast --out g",
-                dir_).exit_code, 2);
+  EXPECT_EQ(
+      RunCommand(SbpBinary() + " grad --model model --data data.jsonl --mode fast --out g", dir_)
+          .exit_code,
+      2);
   const CommandResult missing = RunCommand(SbpBinary() + " train missing.yaml", dir_);
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("missing.yaml"), std::string::npos) << missing.err;
@@ -99,9 +102,8 @@ TEST_F(TrainCliTest, UsageErrorsAreExitCodeTwo) {
 
 TEST_F(TrainCliTest, CorruptModelFileIsReported) {
   WriteFile(dir_ / "model/model.safetensors", "\x08\x00\x00\x00\x00\x00\x00\x00{not json");
-  const CommandResult r = RunCommand(SbpBinary() +
-                                  " grad --model model --data data.jsonl --out g.safetensors",
-                              dir_);
+  const CommandResult r =
+      RunCommand(SbpBinary() + " grad --model model --data data.jsonl --out g.safetensors", dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("model.safetensors"), std::string::npos) << r.err;
 }

@@ -143,15 +143,7 @@ absl::StatusOr<double> Zero2State::GlobalGradNorm() {
   return std::sqrt(sum);
 }
 
-absl::Status Zero2State::Step(const AdamWHyperParams& hyper, double lr, int64_t step,
-                              float grad_scale) {
-  AdamWParams params;
-  params.lr = lr;
-  params.beta1 = hyper.beta1;
-  params.beta2 = hyper.beta2;
-  params.eps = hyper.eps;
-  params.step = step;
-  params.grad_scale = grad_scale;
+absl::Status Zero2State::Step(AdamWParams params, double weight_decay) {
   const int rank = comm_.rank();
   auto& groups = weights_.groups();
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -164,9 +156,7 @@ absl::Status Zero2State::Step(const AdamWHyperParams& hyper, double lr, int64_t 
       const int64_t a = std::max(offset, begin), b = std::min(offset + n, end);
       offset += n;
       if (a >= b) continue;
-      const ParamKind kind = group.specs[i].kind;
-      params.weight_decay =
-          (kind == ParamKind::kNorm || kind == ParamKind::kBias) ? 0.0 : hyper.weight_decay;
+      params.weight_decay = WeightDecayFor(group.specs[i].kind, weight_decay);
       Tensor w = group.flat.Rows(a, b);
       Tensor dw = grad_[g].Rows(a - begin, b - begin);
       Tensor m = m_[g].Rows(a - begin, b - begin);

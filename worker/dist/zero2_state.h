@@ -31,10 +31,6 @@
 
 namespace sbp {
 
-struct AdamWHyperParams {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
-};
-
 class Zero2State final : public GradientSink {
  public:
   // `weights` must be padded to a multiple of comm.world_size() and outlive
@@ -56,9 +52,10 @@ class Zero2State final : public GradientSink {
   absl::StatusOr<int> FinishBackward();
   // sqrt of the sum of squares of the whole (global) gradient.
   absl::StatusOr<double> GlobalGradNorm();
-  // AdamW on the owned shard of every group with gradients times
-  // `grad_scale`, then the all-gather that gives every rank the new weights.
-  absl::Status Step(const AdamWHyperParams& hyper, double lr, int64_t step, float grad_scale);
+  // AdamW with `params` (weight decay `weight_decay` where WeightDecayFor
+  // allows it) on the owned shard of every group, then the all-gather that
+  // gives every rank the new weights.
+  absl::Status Step(AdamWParams params, double weight_decay);
 
   int64_t shard_elements(int group) const { return shard_[group]; }
   std::vector<Tensor>& gradient_shards() { return grad_; }

@@ -86,6 +86,12 @@ enum class ParamKind : uint8_t {
   kLmHead,     // lm_head.weight (untied models only)
 };
 
+// AdamW's weight decay for a parameter: none for norms and biases, as Hugging
+// Face's Trainer does.
+inline double WeightDecayFor(ParamKind kind, double weight_decay) {
+  return kind == ParamKind::kNorm || kind == ParamKind::kBias ? 0.0 : weight_decay;
+}
+
 struct ParamSpec {
   std::string name;  // Hugging Face name, "model.layers.3.self_attn.q_proj.weight"
   Shape shape;

@@ -6,8 +6,8 @@
 
 namespace sbp {
 
-absl::StatusOr<AdamWOptimizer> AdamWOptimizer::Create(const ModelConfig& config,
-                                                      Backend& backend, const TrainSpec& train) {
+absl::StatusOr<AdamWOptimizer> AdamWOptimizer::Create(const ModelConfig& config, Backend& backend,
+                                                      const TrainSpec& train) {
   ASSIGN_OR_RETURN(ParameterStore m,
                    ParameterStore::Create(config, backend.allocator(), "AdamW exp_avg"));
   ASSIGN_OR_RETURN(ParameterStore v,
@@ -25,25 +25,28 @@ double AdamWOptimizer::GlobalGradNorm(Backend& backend, const ParameterStore& gr
 
 void AdamWOptimizer::Step(ParameterStore& weights, const ParameterStore& grads, double lr,
                           int64_t step, float grad_scale) {
-  AdamWParams params;
-  params.lr = lr;
-  params.beta1 = train_.beta1;
-  params.beta2 = train_.beta2;
-  params.eps = train_.eps;
-  params.step = step;
-  params.grad_scale = grad_scale;
+  AdamWParams params = AdamWStepParams(train_, lr, step, grad_scale);
   for (size_t g = 0; g < weights.groups().size(); ++g) {
     ParameterGroup& w = weights.groups()[g];
     const ParameterGroup& dw = grads.groups()[g];
     ParameterGroup& m = m_.groups()[g];
     ParameterGroup& v = v_.groups()[g];
     for (size_t i = 0; i < w.tensors.size(); ++i) {
-      const ParamKind kind = w.specs[i].kind;
-      params.weight_decay =
-          (kind == ParamKind::kNorm || kind == ParamKind::kBias) ? 0.0 : train_.weight_decay;
+      params.weight_decay = WeightDecayFor(w.specs[i].kind, train_.weight_decay);
       backend_->AdamW(w.tensors[i], dw.tensors[i], m.tensors[i], v.tensors[i], params);
     }
   }
+}
+
+AdamWParams AdamWStepParams(const TrainSpec& train, double lr, int64_t step, float grad_scale) {
+  AdamWParams params;
+  params.lr = lr;
+  params.beta1 = train.beta1;
+  params.beta2 = train.beta2;
+  params.eps = train.eps;
+  params.step = step;
+  params.grad_scale = grad_scale;
+  return params;
 }
 
 float ClipScale(double grad_norm, double max_norm) {

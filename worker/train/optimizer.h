@@ -40,6 +40,10 @@ class AdamWOptimizer {
   ParameterStore v_;
 };
 
+// The AdamW hyper-parameters of one update (weight decay left at 0: it
+// depends on the parameter, see WeightDecayFor).
+AdamWParams AdamWStepParams(const TrainSpec& train, double lr, int64_t step, float grad_scale);
+
 // min(1, max_norm / (norm + 1e-6)); 1 when max_norm is 0 (no clipping).
 float ClipScale(double grad_norm, double max_norm);
 

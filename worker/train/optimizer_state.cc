@@ -49,11 +49,7 @@ class Zero2OptimizerState final : public OptimizerState {
  public:
   Zero2OptimizerState(ParameterStore& weights, std::unique_ptr<Zero2State> zero,
                       const TrainSpec& train)
-      : weights_(weights), zero_(std::move(zero)) {
-    hyper_.beta1 = train.beta1;
-    hyper_.beta2 = train.beta2;
-    hyper_.eps = train.eps;
-    hyper_.weight_decay = train.weight_decay;
+      : weights_(weights), zero_(std::move(zero)), train_(train) {
     grads_.layers.resize(weights.config().num_hidden_layers);
   }
 
@@ -62,7 +58,7 @@ class Zero2OptimizerState final : public OptimizerState {
   absl::Status FinishBackward() override { return zero_->FinishBackward().status(); }
   absl::StatusOr<double> GlobalGradNorm() override { return zero_->GlobalGradNorm(); }
   absl::Status Update(double lr, int64_t step, float grad_scale) override {
-    return zero_->Step(hyper_, lr, step, grad_scale);
+    return zero_->Step(AdamWStepParams(train_, lr, step, grad_scale), train_.weight_decay);
   }
   absl::Status Save(const std::string& run_dir, const TrainerState& state,
                     int64_t keep_last) override {
@@ -76,7 +72,7 @@ class Zero2OptimizerState final : public OptimizerState {
  private:
   ParameterStore& weights_;
   std::unique_ptr<Zero2State> zero_;
-  AdamWHyperParams hyper_;
+  TrainSpec train_;
   ModelTensors grads_;  // views bound by the sink while a group is open
 };
 

@@ -35,28 +35,37 @@ absl::StatusOr<int64_t> GlobalCount(Communicator* comm, int64_t local) {
   return static_cast<int64_t>(v[0]);
 }
 
+// What every objective's step works with.
+struct StepContext {
+  const JobSpec& spec;
+  const Dataset& dataset;
+  Engine& engine;
+  const ModelTensors& weights;
+  Engine& reference_engine;
+  const ModelTensors* reference;  // null when the objective has none
+  Communicator* comm;             // null on a single worker
+};
+
 class SftStep final : public StepObjective {
  public:
-  SftStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w,
-          Communicator* comm)
-      : spec_(spec), dataset_(dataset), engine_(engine), weights_(w), comm_(comm) {}
+  explicit SftStep(const StepContext& c) : c_(c) {}
 
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     std::vector<TokenSequence> step;
-    for (int64_t i : indices) step.push_back(dataset_.sft()[i]);
+    for (int64_t i : indices) step.push_back(c_.dataset.sft()[i]);
     const int64_t local_targets = CountValidTargets(step);
-    ASSIGN_OR_RETURN(const int64_t normaliser, GlobalCount(comm_, local_targets));
+    ASSIGN_OR_RETURN(const int64_t normaliser, GlobalCount(c_.comm, local_targets));
     ObjectiveStepResult result;
     if (normaliser == 0) return result;
-    for (const auto& micro : MicroBatches(step, spec_.train.micro_batch_sequences)) {
+    for (const auto& micro : MicroBatches(step, c_.spec.train.micro_batch_sequences)) {
       ASSIGN_OR_RETURN(BatchResult r,
-                       SftForwardBackward(engine_, weights_, micro, grads, normaliser));
+                       SftForwardBackward(c_.engine, c_.weights, micro, grads, normaliser));
       result.loss += r.loss;
       result.tokens += r.tokens;
       for (const TokenSequence& s : micro) {
         result.model_flops +=
-            TrainingFlops(engine_.config(), static_cast<int64_t>(s.input_ids.size()));
+            TrainingFlops(c_.engine.config(), static_cast<int64_t>(s.input_ids.size()));
       }
     }
     result.extra["valid_targets"] = local_targets;
@@ -64,11 +73,7 @@ class SftStep final : public StepObjective {
   }
 
  private:
-  const JobSpec& spec_;
-  const Dataset& dataset_;
-  Engine& engine_;
-  const ModelTensors& weights_;
-  Communicator* comm_;
+  StepContext c_;
 };
 
 double SequenceFlops(const ModelConfig& config, const TokenSequence& s) {
@@ -79,37 +84,30 @@ double SequenceFlops(const ModelConfig& config, const TokenSequence& s) {
 // model, once per example (cached); the pair count N is the whole step's.
 class DpoStep final : public StepObjective {
  public:
-  DpoStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w,
-          Engine& reference_engine, const ModelTensors& reference, Communicator* comm)
-      : spec_(spec),
-        dataset_(dataset),
-        engine_(engine),
-        weights_(w),
-        reference_engine_(reference_engine),
-        reference_(reference),
-        comm_(comm) {}
+  explicit DpoStep(const StepContext& c) : c_(c) {}
 
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     ObjectiveStepResult result;
     ASSIGN_OR_RETURN(const int64_t global_pairs,
-                     GlobalCount(comm_, static_cast<int64_t>(indices.size())));
+                     GlobalCount(c_.comm, static_cast<int64_t>(indices.size())));
     double accuracy = 0, margin = 0, chosen = 0, rejected = 0;
-    for (const auto& micro : MicroBatches(indices, spec_.train.micro_batch_sequences)) {
+    for (const auto& micro : MicroBatches(indices, c_.spec.train.micro_batch_sequences)) {
       std::vector<DpoPair> pairs;
       std::vector<ReferenceLogProbs> refs;
       for (int64_t i : micro) {
-        pairs.push_back(dataset_.dpo()[i]);
+        pairs.push_back(c_.dataset.dpo()[i]);
         auto cached = cache_.find(i);
         if (cached == cache_.end()) {
-          ASSIGN_OR_RETURN(ReferenceLogProbs ref,
-                           ComputeReferenceLogProbs(reference_engine_, reference_, pairs.back()));
+          ASSIGN_OR_RETURN(
+              ReferenceLogProbs ref,
+              ComputeReferenceLogProbs(c_.reference_engine, *c_.reference, pairs.back()));
           cached = cache_.emplace(i, ref).first;
         }
         refs.push_back(cached->second);
       }
-      ASSIGN_OR_RETURN(DpoResult r, DpoForwardBackward(engine_, weights_, pairs, refs,
-                                                       spec_.dpo.beta, global_pairs, grads));
+      ASSIGN_OR_RETURN(DpoResult r, DpoForwardBackward(c_.engine, c_.weights, pairs, refs,
+                                                       c_.spec.dpo.beta, global_pairs, grads));
       result.loss += r.loss;
       result.tokens += r.tokens;
       const double n = static_cast<double>(pairs.size());
@@ -118,8 +116,8 @@ class DpoStep final : public StepObjective {
       chosen += r.mean_chosen_reward() * n;
       rejected += r.mean_rejected_reward() * n;
       for (const DpoPair& p : pairs) {
-        result.model_flops +=
-            SequenceFlops(engine_.config(), p.chosen) + SequenceFlops(engine_.config(), p.rejected);
+        result.model_flops += SequenceFlops(c_.engine.config(), p.chosen) +
+                              SequenceFlops(c_.engine.config(), p.rejected);
       }
     }
     const double n = std::max<double>(1.0, static_cast<double>(global_pairs));
@@ -131,13 +129,7 @@ class DpoStep final : public StepObjective {
   }
 
  private:
-  const JobSpec& spec_;
-  const Dataset& dataset_;
-  Engine& engine_;
-  const ModelTensors& weights_;
-  Engine& reference_engine_;
-  const ModelTensors& reference_;
-  Communicator* comm_;
+  StepContext c_;
   absl::flat_hash_map<int64_t, ReferenceLogProbs> cache_;
 };
 
@@ -145,27 +137,18 @@ class DpoStep final : public StepObjective {
 // micro-batches before the first one runs; reference log-probs are cached.
 class GrpoStep final : public StepObjective {
  public:
-  GrpoStep(const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& w,
-           Engine& reference_engine, const ModelTensors* reference, Communicator* comm)
-      : spec_(spec),
-        dataset_(dataset),
-        engine_(engine),
-        weights_(w),
-        reference_engine_(reference_engine),
-        reference_(reference),
-        comm_(comm),
-        options_(GrpoOptionsFromSpec(spec.grpo)) {}
+  explicit GrpoStep(const StepContext& c) : c_(c), options_(GrpoOptionsFromSpec(c.spec.grpo)) {}
 
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     std::vector<GrpoGroup> all;
-    for (int64_t i : indices) all.push_back(dataset_.grpo()[i]);
+    for (int64_t i : indices) all.push_back(c_.dataset.grpo()[i]);
     const GrpoCounts local = CountGrpo(all);
     std::vector<double> sums = {static_cast<double>(local.sequences),
                                 static_cast<double>(local.completion_tokens)};
     std::vector<double> longest = {static_cast<double>(local.max_completion_length)};
-    RETURN_IF_ERROR(SumOverRanks(comm_, sums, ReduceOp::kSum));
-    RETURN_IF_ERROR(SumOverRanks(comm_, longest, ReduceOp::kMax));
+    RETURN_IF_ERROR(SumOverRanks(c_.comm, sums, ReduceOp::kSum));
+    RETURN_IF_ERROR(SumOverRanks(c_.comm, longest, ReduceOp::kMax));
     GrpoCounts global;
     global.sequences = static_cast<int64_t>(sums[0]);
     global.completion_tokens = static_cast<int64_t>(sums[1]);
@@ -173,24 +156,24 @@ class GrpoStep final : public StepObjective {
     ObjectiveStepResult result;
     double kl = 0, reward = 0;
     int64_t clipped = 0;
-    for (const auto& micro : MicroBatches(indices, spec_.train.micro_batch_sequences)) {
+    for (const auto& micro : MicroBatches(indices, c_.spec.train.micro_batch_sequences)) {
       std::vector<GrpoGroup> groups;
       GrpoReferenceLogProbs refs;
       for (int64_t i : micro) {
-        groups.push_back(dataset_.grpo()[i]);
-        if (reference_ == nullptr) continue;
+        groups.push_back(c_.dataset.grpo()[i]);
+        if (c_.reference == nullptr) continue;
         auto cached = cache_.find(i);
         if (cached == cache_.end()) {
           ASSIGN_OR_RETURN(
               GrpoReferenceLogProbs ref,
-              ComputeGrpoReferenceLogProbs(reference_engine_, *reference_, {groups.back()}));
+              ComputeGrpoReferenceLogProbs(c_.reference_engine, *c_.reference, {groups.back()}));
           cached = cache_.emplace(i, std::move(ref.logprobs.front())).first;
         }
         refs.logprobs.push_back(cached->second);
       }
-      ASSIGN_OR_RETURN(GrpoResult r,
-                       GrpoForwardBackward(engine_, weights_, groups, reference_ ? &refs : nullptr,
-                                           options_, global, grads));
+      ASSIGN_OR_RETURN(GrpoResult r, GrpoForwardBackward(c_.engine, c_.weights, groups,
+                                                         c_.reference ? &refs : nullptr, options_,
+                                                         global, grads));
       result.loss += r.loss;
       result.tokens += r.tokens;
       kl += r.kl_sum;
@@ -198,7 +181,7 @@ class GrpoStep final : public StepObjective {
       clipped += r.clipped_tokens;
       for (const GrpoGroup& g : groups) {
         for (size_t c = 0; c < g.completions.size(); ++c) {
-          result.model_flops += SequenceFlops(engine_.config(), GrpoSequence(g, c));
+          result.model_flops += SequenceFlops(c_.engine.config(), GrpoSequence(g, c));
         }
       }
     }
@@ -211,13 +194,7 @@ class GrpoStep final : public StepObjective {
   }
 
  private:
-  const JobSpec& spec_;
-  const Dataset& dataset_;
-  Engine& engine_;
-  const ModelTensors& weights_;
-  Engine& reference_engine_;
-  const ModelTensors* reference_;
-  Communicator* comm_;
+  StepContext c_;
   GrpoOptions options_;
   absl::flat_hash_map<int64_t, std::vector<std::vector<float>>> cache_;
 };
@@ -227,21 +204,20 @@ class GrpoStep final : public StepObjective {
 absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
     const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& weights,
     Engine& reference_engine, const ModelTensors* reference, Communicator* comm) {
+  const StepContext context{spec, dataset, engine, weights, reference_engine, reference, comm};
   switch (spec.objective) {
     case Objective::kSft:
-      return std::unique_ptr<StepObjective>(new SftStep(spec, dataset, engine, weights, comm));
+      return std::unique_ptr<StepObjective>(new SftStep(context));
     case Objective::kDpo:
       if (reference == nullptr) {
         return absl::InvalidArgumentError("dpo.reference: DPO needs a reference model");
       }
-      return std::unique_ptr<StepObjective>(
-          new DpoStep(spec, dataset, engine, weights, reference_engine, *reference, comm));
+      return std::unique_ptr<StepObjective>(new DpoStep(context));
     case Objective::kGrpo:
       if (spec.grpo.beta > 0 && reference == nullptr) {
         return absl::InvalidArgumentError("grpo.reference: grpo.beta > 0 needs a reference model");
       }
-      return std::unique_ptr<StepObjective>(
-          new GrpoStep(spec, dataset, engine, weights, reference_engine, reference, comm));
+      return std::unique_ptr<StepObjective>(new GrpoStep(context));
   }
   return absl::InvalidArgumentError("unknown objective");
 }

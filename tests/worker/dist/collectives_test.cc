@@ -100,6 +100,8 @@ TEST(CollectivesFailureTest, DeadPeerFailsTheCollective) {
   const std::vector<int> codes = RunRankProcesses(2, [&](int rank) -> int {
     auto connected = ConnectThroughDirectory(dir, rank, 2, nullptr, std::chrono::seconds(10));
     if (!connected.ok()) return 2;
+    // Both ranks are fully connected before one of them leaves.
+    if (!(*connected)->Barrier().ok()) return 6;
     if (rank == 1) _exit(0);  // leaves without taking part
     std::vector<float> data(2000, 1.0f);
     const absl::Status s = (*connected)->ReduceScatterSum(data.data(), 1000);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <omp.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +44,8 @@ inline std::vector<int> RunRankProcesses(int world_size, const std::function<int
   for (int rank = 0; rank < world_size; ++rank) {
     const pid_t pid = fork();
     if (pid == 0) {
+      // As the worker binaries do: a dead peer is an error, not SIGPIPE.
+      signal(SIGPIPE, SIG_IGN);
       omp_set_num_threads(1);
       const int code = body(rank);
       fflush(stdout);
