@@ -144,9 +144,12 @@ std::string NewRequestId() {
 
 int ReportRpcError(const std::string& command, const absl::Status& status) {
   std::fprintf(stderr, "sbp %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  // A job the coordinator's admission refuses (no registered worker can hold
+  // it) is bad input, as `sbp run` reports it.
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kResourceExhausted:
       return 2;
     default:
       return 1;

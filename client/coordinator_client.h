@@ -65,8 +65,9 @@ class CoordinatorClient {
 // A new random request id ("8-4-4-4-12" hex, like a UUID v4).
 std::string NewRequestId();
 
-// Prints "sbp <command>: <message>" to stderr; returns 2 for INVALID_ARGUMENT
-// and NOT_FOUND, 1 for every other failed RPC.
+// Prints "sbp <command>: <message>" to stderr; returns 2 for INVALID_ARGUMENT,
+// NOT_FOUND and RESOURCE_EXHAUSTED (a job admission refuses), 1 for every
+// other failed RPC.
 int ReportRpcError(const std::string& command, const absl::Status& status);
 
 }  // namespace sbp::cli

@@ -168,6 +168,13 @@ TEST_F(JobCliTest, TokensAndRpcErrorsAreReportedByCodeName) {
   EXPECT_NE(r.err.find("trian"), std::string::npos) << r.err;
   r = c.Sbp("submit missing.yaml");
   EXPECT_EQ(r.exit_code, 2);
+  // A job no registered worker can hold (Qwen3-8B on 2 GiB workers) is
+  // refused by admission: bad input, with the planner's numbers.
+  std::string huge = c.Spec("huge", 2, 2, 0);
+  huge.replace(huge.find("model: model"), 12, "model: qwen3-8b");
+  r = c.Sbp("submit " + c.WriteSpec("huge", huge));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("RESOURCE_EXHAUSTED"), std::string::npos) << r.err;
   r = RunCommand(SbpBinary() + " --coordinator 127.0.0.1:1 --token-file client.token list",
                  c.dir());
   EXPECT_EQ(r.exit_code, 1);
