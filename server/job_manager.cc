@@ -200,17 +200,7 @@ absl::Status JobManager::Save(JobRecord& job, JobState before, Change change) {
     auto w = workers_.find(a.worker_id);
     if (w != workers_.end()) w->second.active.push_back(a);
   }
-  for (const AssignmentRecord& a : change.updated_assignments) {
-    auto w = workers_.find(a.worker_id);
-    if (w == workers_.end() || a.active) continue;
-    auto& list = w->second.active;
-    list.erase(std::remove_if(list.begin(), list.end(),
-                              [&](const AssignmentRecord& x) {
-                                return x.job_id == a.job_id && x.attempt == a.attempt &&
-                                       x.rank == a.rank;
-                              }),
-               list.end());
-  }
+  for (const AssignmentRecord& a : change.updated_assignments) ForgetIfInactive(a);
   if (!change.new_assignments.empty() || !change.updated_assignments.empty()) {
     UpdateWorkerCounts();
   }
@@ -246,6 +236,18 @@ absl::Status JobManager::Save(JobRecord& job, JobState before, Change change) {
   return absl::OkStatus();
 }
 
+void JobManager::ForgetIfInactive(const AssignmentRecord& a) {
+  auto w = workers_.find(a.worker_id);
+  if (w == workers_.end() || a.active) return;
+  auto& list = w->second.active;
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](const AssignmentRecord& x) {
+                              return x.job_id == a.job_id && x.attempt == a.attempt &&
+                                     x.rank == a.rank;
+                            }),
+             list.end());
+}
+
 absl::Status JobManager::SaveAssignments(const std::vector<AssignmentRecord>& rows) {
   if (rows.empty()) return absl::OkStatus();
   {
@@ -253,17 +255,7 @@ absl::Status JobManager::SaveAssignments(const std::vector<AssignmentRecord>& ro
     for (const AssignmentRecord& a : rows) RETURN_IF_ERROR(store_->UpdateAssignment(a));
     RETURN_IF_ERROR(tx.Commit());
   }
-  for (const AssignmentRecord& a : rows) {
-    auto w = workers_.find(a.worker_id);
-    if (w == workers_.end() || a.active) continue;
-    auto& list = w->second.active;
-    list.erase(std::remove_if(list.begin(), list.end(),
-                              [&](const AssignmentRecord& x) {
-                                return x.job_id == a.job_id && x.attempt == a.attempt &&
-                                       x.rank == a.rank;
-                              }),
-               list.end());
-  }
+  for (const AssignmentRecord& a : rows) ForgetIfInactive(a);
   UpdateWorkerCounts();
   return absl::OkStatus();
 }

@@ -226,6 +226,8 @@ class JobManager {
   absl::StatusOr<std::string> NewJobId(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NewWorkerId(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateWorkerCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a no-longer-active assignment from its worker's in-memory list.
+  void ForgetIfInactive(const AssignmentRecord& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Device and memory of every worker that is not lost (admission).
   std::vector<WorkerCapacity> LiveWorkerCapacities() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
