@@ -113,13 +113,15 @@ absl::Status SumOverRanks(Communicator* comm, ObjectiveStepResult& result) {
     keys.push_back(key);
     values.push_back(value.get<double>());
   }
-  // Ranks with no examples may lack keys: agree on the count first.
-  double count = static_cast<double>(keys.size());
-  RETURN_IF_ERROR(comm->AllReduce(&count, 1, ReduceOp::kMax));
-  if (count != static_cast<double>(keys.size())) {
-    // This rank had nothing to report; its extra figures are zero.
-    return absl::FailedPreconditionError(
-        "ranks disagree on the step's figures (a rank without examples?)");
+  // Every objective reports the same keys on every rank (with zeros where a
+  // rank had no examples); check that before summing position by position.
+  // Max of (n, -n) gives every rank both the largest and the smallest count,
+  // so all of them agree on the verdict.
+  double range[2] = {static_cast<double>(keys.size()), -static_cast<double>(keys.size())};
+  RETURN_IF_ERROR(comm->AllReduce(range, 2, ReduceOp::kMax));
+  if (range[0] != -range[1]) {
+    return absl::FailedPreconditionError(absl::StrCat("ranks report different step figures (",
+                                                      -range[1], " to ", range[0], " keys)"));
   }
   RETURN_IF_ERROR(
       comm->AllReduce(values.data(), static_cast<int64_t>(values.size()), ReduceOp::kSum));
