@@ -20,8 +20,6 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "gloo/rendezvous/file_store.h"
-#include "gloo/rendezvous/prefix_store.h"
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/random.h"
 #include "nlohmann/json.hpp"
@@ -82,16 +80,12 @@ int RunRank(const Args& a, const std::string& root, int world_size, int rank) {
   options.resume = false;
   const std::string rendezvous = absl::StrCat(root, "/rendezvous-", world_size);
   options.connect = [&](Allocator& allocator) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-    gloo::rendezvous::FileStore files(rendezvous);
-    gloo::rendezvous::PrefixStore store("bench", files);
     GlooOptions gloo;
     gloo.rank = rank;
     gloo.world_size = world_size;
     gloo.scratch_allocator = &allocator;
     gloo.timeout = std::chrono::seconds(600);
-    auto comm = GlooCommunicator::Connect(store, gloo);
-    if (!comm.ok()) return comm.status();
-    return std::unique_ptr<Communicator>(std::move(*comm));
+    return ConnectThroughDirectory(rendezvous, gloo);
   };
   StepCollector steps;
   auto summary = RunTraining(spec, options, &steps);

@@ -9,6 +9,8 @@
 #include "gloo/broadcast.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "kernels/tensor.h"
@@ -182,6 +184,16 @@ absl::Status GlooCommunicator::Barrier() {
     opts.setTimeout(timeout_);
     gloo::barrier(opts);
   });
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectThroughDirectory(const std::string& dir,
+                                                                      const GlooOptions& options) {
+  gloo::rendezvous::FileStore files(dir);
+  gloo::rendezvous::PrefixStore store("ranks", files);
+  absl::StatusOr<std::unique_ptr<GlooCommunicator>> comm =
+      GlooCommunicator::Connect(store, options);
+  if (!comm.ok()) return comm.status();
+  return std::unique_ptr<Communicator>(*std::move(comm));
 }
 
 }  // namespace sbp

@@ -62,4 +62,9 @@ class GlooCommunicator final : public Communicator {
   bool broken_ = false;
 };
 
+// Connects through a rendezvous directory shared by the ranks (Gloo's file
+// store) instead of the coordinator: for tests and benchmarks.
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectThroughDirectory(const std::string& dir,
+                                                                      const GlooOptions& options);
+
 }  // namespace sbp

@@ -14,8 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "gloo/rendezvous/file_store.h"
-#include "gloo/rendezvous/prefix_store.h"
 #include "worker/dist/gloo_communicator.h"
 
 namespace sbp::dist_testing {
@@ -24,16 +22,12 @@ namespace sbp::dist_testing {
 inline absl::StatusOr<std::unique_ptr<Communicator>> ConnectThroughDirectory(
     const std::string& dir, int rank, int world_size, Allocator* scratch = nullptr,
     std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  gloo::rendezvous::FileStore files(dir);
-  gloo::rendezvous::PrefixStore store("attempt", files);
   GlooOptions options;
   options.rank = rank;
   options.world_size = world_size;
   options.timeout = timeout;
   options.scratch_allocator = scratch;
-  auto comm = GlooCommunicator::Connect(store, options);
-  if (!comm.ok()) return comm.status();
-  return std::unique_ptr<Communicator>(std::move(*comm));
+  return sbp::ConnectThroughDirectory(dir, options);
 }
 
 // Forks one process per rank running `body(rank)` (its return value is the
