@@ -39,7 +39,6 @@ absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& w
     }
   }
   state->open_.resize(groups.size());
-  state->open_slot_.assign(groups.size(), -1);
   return state;
 }
 
@@ -51,61 +50,65 @@ void Zero2State::ZeroGradients() {
   for (Tensor& g : grad_) std::memset(g.raw_data(), 0, g.nbytes());
 }
 
-absl::StatusOr<Tensor> Zero2State::TakeBuffer(int group) {
+absl::StatusOr<Zero2State::GroupBuffer> Zero2State::TakeBuffer(int group) {
   const ParameterGroup& layout = weights_.groups()[group];
-  Tensor buffer;
+  GroupBuffer buffer;
   if (is_layer(group)) {
-    const int slot = next_slot_;
+    buffer.slot = next_slot_;
     next_slot_ = 1 - next_slot_;
     // The slot's previous reduce-scatter must be done before it is reused.
-    RETURN_IF_ERROR(executor_.WaitFor(cache_ticket_[slot]));
-    if (!cache_[slot].defined()) {
-      ASSIGN_OR_RETURN(cache_[slot], Tensor::Empty(backend_.allocator(), {layout.flat.numel()},
-                                                   DType::kF32, "one-layer gradient cache"));
+    RETURN_IF_ERROR(executor_.WaitFor(cache_ticket_[buffer.slot]));
+    Tensor& cached = cache_[buffer.slot];
+    if (!cached.defined()) {
+      ASSIGN_OR_RETURN(cached, Tensor::Empty(backend_.allocator(), {layout.flat.numel()},
+                                             DType::kF32, "one-layer gradient cache"));
     }
-    open_slot_[group] = slot;
-    buffer = cache_[slot];
+    buffer.tensor = cached;
   } else {
-    ASSIGN_OR_RETURN(buffer, Tensor::Empty(backend_.allocator(), {layout.flat.numel()}, DType::kF32,
-                                           absl::StrCat("gradient buffer ", layout.name)));
+    ASSIGN_OR_RETURN(buffer.tensor,
+                     Tensor::Empty(backend_.allocator(), {layout.flat.numel()}, DType::kF32,
+                                   absl::StrCat("gradient buffer ", layout.name)));
   }
-  backend_.Fill(buffer, 0.0f);
+  backend_.Fill(buffer.tensor, 0.0f);
   return buffer;
 }
 
-void Zero2State::QueueReduceScatter(int group, Tensor buffer, int cache_slot) {
+void Zero2State::QueueReduceScatter(int group, GroupBuffer buffer) {
   const int64_t shard = shard_[group];
   float* owned = grad_[group].data<float>();
   const int rank = comm_.rank();
-  const int64_t ticket = executor_.Submit([this, buffer, shard, owned, rank]() -> absl::Status {
-    float* data = buffer.data<float>();
-    RETURN_IF_ERROR(comm_.ReduceScatterSum(data, shard));
-    const float* reduced = data + static_cast<int64_t>(rank) * shard;
+  Tensor data = std::move(buffer.tensor);
+  const int64_t ticket = executor_.Submit([this, data, shard, owned, rank]() -> absl::Status {
+    float* values = data.data<float>();
+    RETURN_IF_ERROR(comm_.ReduceScatterSum(values, shard));
+    const float* reduced = values + static_cast<int64_t>(rank) * shard;
     for (int64_t i = 0; i < shard; ++i) owned[i] += reduced[i];
     return absl::OkStatus();
   });
-  if (cache_slot >= 0) cache_ticket_[cache_slot] = ticket;
+  if (buffer.slot >= 0) cache_ticket_[buffer.slot] = ticket;
 }
 
-absl::Status Zero2State::BeginPass() {
-  double active = 1.0;
-  return executor_.Run([&] { return comm_.AllReduce(&active, 1, ReduceOp::kMax); });
+absl::StatusOr<bool> Zero2State::AnyRankActive(bool active) {
+  double flag = active ? 1.0 : 0.0;
+  RETURN_IF_ERROR(executor_.Run([&] { return comm_.AllReduce(&flag, 1, ReduceOp::kMax); }));
+  return flag > 0;
 }
+
+absl::Status Zero2State::BeginPass() { return AnyRankActive(true).status(); }
 
 absl::Status Zero2State::Acquire(int group, ModelTensors& grads) {
   CHECK(!open_[group].has_value()) << "group " << group << " acquired twice";
-  ASSIGN_OR_RETURN(Tensor buffer, TakeBuffer(group));
-  BindGroupTensors(weights_, group, buffer.data<float>(), grads);
+  ASSIGN_OR_RETURN(GroupBuffer buffer, TakeBuffer(group));
+  BindGroupTensors(weights_, group, buffer.tensor.data<float>(), grads);
   open_[group] = std::move(buffer);
   return absl::OkStatus();
 }
 
 absl::Status Zero2State::Release(int group) {
   CHECK(open_[group].has_value()) << "group " << group << " released without Acquire";
-  Tensor buffer = *std::move(open_[group]);
+  GroupBuffer buffer = *std::move(open_[group]);
   open_[group].reset();
-  QueueReduceScatter(group, std::move(buffer), open_slot_[group]);
-  open_slot_[group] = -1;
+  QueueReduceScatter(group, std::move(buffer));
   return absl::OkStatus();
 }
 
@@ -116,9 +119,8 @@ absl::Status Zero2State::EmptyPass() {
   for (int l = L - 1; l >= 0; --l) order.push_back(weights_.layer_group(l));
   order.push_back(weights_.embed_group());
   for (int group : order) {
-    ASSIGN_OR_RETURN(Tensor buffer, TakeBuffer(group));
-    QueueReduceScatter(group, std::move(buffer), open_slot_[group]);
-    open_slot_[group] = -1;
+    ASSIGN_OR_RETURN(GroupBuffer buffer, TakeBuffer(group));
+    QueueReduceScatter(group, std::move(buffer));
   }
   return absl::OkStatus();
 }
@@ -126,9 +128,8 @@ absl::Status Zero2State::EmptyPass() {
 absl::StatusOr<int> Zero2State::FinishBackward() {
   int empty_passes = 0;
   while (true) {
-    double active = 0.0;
-    RETURN_IF_ERROR(executor_.Run([&] { return comm_.AllReduce(&active, 1, ReduceOp::kMax); }));
-    if (active == 0.0) break;
+    ASSIGN_OR_RETURN(const bool others_active, AnyRankActive(false));
+    if (!others_active) break;
     RETURN_IF_ERROR(EmptyPass());
     ++empty_passes;
   }

@@ -67,10 +67,18 @@ class Zero2State final : public GradientSink {
 
  private:
   Zero2State(ParameterStore& weights, Communicator& comm, Backend& backend);
+  // A group's gradient buffer: a slot of the one-layer cache for layers
+  // (slot 0 or 1), a buffer of its own (slot -1) for the other groups.
+  struct GroupBuffer {
+    Tensor tensor;
+    int slot = -1;
+  };
   // A zero-filled buffer with group `group`'s layout.
-  absl::StatusOr<Tensor> TakeBuffer(int group);
+  absl::StatusOr<GroupBuffer> TakeBuffer(int group);
   // Queues the reduce-scatter of `buffer` into group `group`'s shard.
-  void QueueReduceScatter(int group, Tensor buffer, int cache_slot);
+  void QueueReduceScatter(int group, GroupBuffer buffer);
+  // All-reduce (max) of this rank's "has another backward pass" flag.
+  absl::StatusOr<bool> AnyRankActive(bool active);
   absl::Status EmptyPass();
   bool is_layer(int group) const;
 
@@ -82,8 +90,7 @@ class Zero2State final : public GradientSink {
   Tensor cache_[2];                   // the one-layer cache
   int64_t cache_ticket_[2] = {0, 0};  // reduce-scatter using each slot
   int next_slot_ = 0;
-  std::vector<std::optional<Tensor>> open_;  // buffers handed to the backward
-  std::vector<int> open_slot_;               // cache slot of an open layer, -1 otherwise
+  std::vector<std::optional<GroupBuffer>> open_;  // buffers handed to the backward
   CommExecutor executor_;
 };
 
