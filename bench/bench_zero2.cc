@@ -23,7 +23,7 @@
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/random.h"
 #include "nlohmann/json.hpp"
-#include "worker/dist/gloo_communicator.h"
+#include "worker/dist/connect.h"
 #include "worker/model/model_io.h"
 #include "worker/train/trainer.h"
 
@@ -79,13 +79,12 @@ int RunRank(const Args& a, const std::string& root, int world_size, int rank) {
   TrainOptions options;
   options.resume = false;
   const std::string rendezvous = absl::StrCat(root, "/rendezvous-", world_size);
-  options.connect = [&](Allocator& allocator) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-    GlooOptions gloo;
-    gloo.rank = rank;
-    gloo.world_size = world_size;
-    gloo.scratch_allocator = &allocator;
-    gloo.timeout = std::chrono::seconds(600);
-    return ConnectThroughDirectory(rendezvous, gloo);
+  options.connect = [&](Backend& backend) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    CollectiveOptions collective;
+    collective.rank = rank;
+    collective.world_size = world_size;
+    collective.timeout = std::chrono::seconds(600);
+    return ConnectThroughDirectory(rendezvous, backend, collective);
   };
   StepCollector steps;
   auto summary = RunTraining(spec, options, &steps);

@@ -12,6 +12,7 @@
 #include "client/table.h"
 #include "common/byte_size.h"
 #include "google/protobuf/util/json_util.h"
+#include "proto/device_kind.h"
 
 namespace sbp::cli {
 namespace {
@@ -28,17 +29,6 @@ std::string LossText(const v1::JobProgress& p) {
 }
 
 std::string Bytes(int64_t bytes) { return bytes > 0 ? FormatByteSize(bytes) : "-"; }
-
-std::string DeviceName(v1::DeviceKind kind) {
-  switch (kind) {
-    case v1::DEVICE_KIND_CPU:
-      return "cpu";
-    case v1::DEVICE_KIND_CUDA:
-      return "cuda";
-    default:
-      return "?";
-  }
-}
 
 std::string TimeText(const google::protobuf::Timestamp& t) {
   if (t.seconds() == 0 && t.nanos() == 0) return "-";
@@ -107,8 +97,9 @@ std::string JobsTable(const v1::ListJobsResponse& jobs) {
 std::string WorkersTable(const v1::ListWorkersResponse& workers) {
   Table table({"ID", "NAME", "DEVICE", "MEMORY", "STATE", "JOB", "PEAK", "HEARTBEAT", "VERSION"});
   for (const v1::Worker& w : workers.workers()) {
-    table.AddRow({w.id(), w.name(), DeviceName(w.device()), Bytes(w.memory_bytes()), w.state(),
-                  w.job_id().empty() ? "-" : w.job_id(), Bytes(w.memory().peak_bytes()),
+    table.AddRow({w.id(), w.name(), std::string(ProtoDeviceKindName(w.device())),
+                  Bytes(w.memory_bytes()), w.state(), w.job_id().empty() ? "-" : w.job_id(),
+                  Bytes(w.memory().peak_bytes()),
                   Age(w.last_heartbeat()) + (w.has_last_heartbeat() ? " ago" : ""),
                   w.version().empty() ? "-" : w.version()});
   }

@@ -12,6 +12,7 @@
 #include "client/cli_common.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
+#include "kernels/compute_device.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/planner.h"
 #include "worker/model/model_config.h"
@@ -78,7 +79,8 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
     r.gradient_precision = o.grad_precision == "bf16" ? DType::kBF16 : DType::kF32;
   }
   const std::string device = !o.device.empty() ? o.device : o.precision == "bf16" ? "cuda" : "cpu";
-  r.device = device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+  ASSIGN_OR_RETURN(const Device parsed_device, ParseDeviceName(device));
+  r.device = parsed_device.kind;
   r.world_size = o.world_size;
   ASSIGN_OR_RETURN(r.objective, ParsePlanObjective(o.objective));
   r.optimizer_state = !o.bp_only;

@@ -22,10 +22,13 @@
 #include "client/job_watch.h"
 #include "common/byte_size.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
+#include "kernels/compute_device.h"
 #include "server/coordinator.h"
 #include "worker/agent/system_info.h"
 #include "worker/agent/worker_agent.h"
 #include "worker/model/file_util.h"
+#include "worker/train/job_spec.h"
 
 namespace sbp::cli {
 namespace {
@@ -43,7 +46,16 @@ struct RunArgs {
   std::string spec_path;
   int workers = 1;
   std::string state_dir;
+  std::string device;  // "" = the job's resources.device (cpu, or cuda)
 };
+
+// The device of local worker `i` for `--device`: cpu for all of them;
+// "cuda" gives worker i cuda:i, "cuda:N" gives it cuda:N+i.
+absl::StatusOr<Device> LocalWorkerDevice(const std::string& name, int i) {
+  ASSIGN_OR_RETURN(Device device, ParseDeviceName(name));
+  if (!device.is_cpu()) device.index += i;
+  return device;
+}
 
 std::string RandomToken() {
   std::random_device device;
@@ -93,8 +105,9 @@ class StateDir {
 // N agents, each on its own thread; stopped and joined on destruction.
 class LocalWorkers {
  public:
-  absl::Status Start(int count, const std::string& address, const std::string& token) {
-    const int64_t memory = std::max<int64_t>(PhysicalMemoryBytes() / count, 1 << 20);
+  absl::Status Start(int count, const std::string& device_name, const std::string& address,
+                     const std::string& token) {
+    const int64_t host_memory = std::max<int64_t>(PhysicalMemoryBytes() / count, 1 << 20);
     // Training threads: OMP_NUM_THREADS when set, else the cores split between the workers
     // with one left for the control plane (spinning OpenMP teams that share a core with gRPC
     // threads slow down many times over).
@@ -106,7 +119,12 @@ class LocalWorkers {
       options.coordinator = address;
       options.token = token;
       options.name = absl::StrCat("local-", i);
-      options.memory_bytes = memory;
+      ASSIGN_OR_RETURN(options.device, LocalWorkerDevice(device_name, i));
+      options.memory_bytes = host_memory;
+      if (!options.device.is_cpu()) {
+        // A GPU worker's capacity is its device's memory.
+        ASSIGN_OR_RETURN(options.memory_bytes, DeviceMemoryBytes(options.device));
+      }
       options.work_dir = ".";
       options.compute_threads = threads;
       absl::StatusOr<std::unique_ptr<WorkerAgent>> agent = WorkerAgent::Create(options);
@@ -171,6 +189,12 @@ int RunJob(const RunArgs& args) {
   }
   absl::StatusOr<std::string> spec = ReadFileToString(args.spec_path);
   if (!spec.ok()) return ReportError("run", spec.status());
+  std::string device = args.device;
+  if (device.empty()) {
+    absl::StatusOr<JobSpec> parsed = ParseJobSpec(*spec, args.spec_path);
+    if (!parsed.ok()) return ReportError("run", parsed.status());
+    device = std::string(DeviceKindName(parsed->resources.device));
+  }
   // The embedded services log only warnings unless SBP_LOG_LEVEL says otherwise.
   if (std::getenv("SBP_LOG_LEVEL") == nullptr) SetLogLevel(LogLevel::kWarning);
 
@@ -190,7 +214,8 @@ int RunJob(const RunArgs& args) {
   int code = kExitOk;
   {
     LocalWorkers workers;
-    if (absl::Status s = workers.Start(args.workers, address, options.worker_token); !s.ok()) {
+    if (absl::Status s = workers.Start(args.workers, device, address, options.worker_token);
+        !s.ok()) {
       return ReportError("run", s);
     }
     std::fprintf(stderr,
@@ -229,6 +254,9 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "run", "run a job on an embedded coordinator with local workers (no setup needed)");
   run->add_option("job", args->spec_path, "job spec (YAML)")->required();
   run->add_option("--workers", args->workers, "local workers to start")->capture_default_str();
+  run->add_option("--device", args->device,
+                  "the local workers' device: cpu, cuda (worker i on cuda:i) or cuda:N "
+                  "(default: the job's resources.device)");
   run->add_option("--state-dir", args->state_dir,
                   "keep the coordinator's SQLite state here (default: a temporary directory)");
   run->callback([args, exit_code] { *exit_code = RunJob(*args); });

@@ -28,6 +28,7 @@ struct TrainArgs {
   std::string spec_path;
   bool no_resume = false;
   int64_t stop_after = 0;
+  std::string device;  // "" = cpu, or cuda:0 for a job on cuda
 };
 
 class CliObserver final : public TrainingObserver {
@@ -46,8 +47,9 @@ class CliObserver final : public TrainingObserver {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     const int64_t done = r.step - first_step_;
-    ProgressSample sample{r.step, r.total_steps, r.loss, r.tokens_per_second, r.peak_bytes,
-                          done > 0 ? elapsed / done * (r.total_steps - r.step) : -1};
+    ProgressSample sample{r.step,       r.total_steps,
+                          r.loss,       r.tokens_per_second,
+                          r.peak_bytes, done > 0 ? elapsed / done * (r.total_steps - r.step) : -1};
     printer_.Update(sample);
   }
   void OnCheckpoint(int64_t step, const std::string& path) override { last_checkpoint_ = path; }
@@ -67,6 +69,9 @@ int RunTrain(const TrainArgs& args) {
   auto spec = ParseJobSpec(*text, args.spec_path);
   if (!spec.ok()) return ReportError("train", spec.status());
   TrainOptions options;
+  options.device = !args.device.empty()                          ? args.device
+                   : spec->resources.device == DeviceKind::kCuda ? "cuda:0"
+                                                                 : "cpu";
   options.resume = !args.no_resume;
   options.stop_after_step = args.stop_after;
   CliObserver observer(spec->log_every_steps);
@@ -90,11 +95,13 @@ int RunTrain(const TrainArgs& args) {
 
 void AddTrainCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::App* train = app.add_subcommand("train", "run a job in this process (one CPU worker)");
+  CLI::App* train = app.add_subcommand("train", "run a job in this process (one worker)");
   train->add_option("job", args->spec_path, "job spec (YAML)")->required();
   train->add_flag("--no-resume", args->no_resume, "start over even if checkpoints exist");
-  train->add_option("--stop-after", args->stop_after,
-                    "stop (with a checkpoint) after this step");
+  train->add_option("--stop-after", args->stop_after, "stop (with a checkpoint) after this step");
+  train->add_option(
+      "--device", args->device,
+      "cpu or cuda:N (default: cpu, or cuda:0 for a job with resources.device: cuda)");
   train->callback([args, exit_code] { *exit_code = RunTrain(*args); });
 }
 

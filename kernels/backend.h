@@ -25,8 +25,8 @@ struct AdamWParams {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
-  int64_t step = 1;          // 1-based, for bias correction
-  float grad_scale = 1.0f;   // multiplies the gradient first (clipping, averaging)
+  int64_t step = 1;         // 1-based, for bias correction
+  float grad_scale = 1.0f;  // multiplies the gradient first (clipping, averaging)
 };
 
 class Backend {
@@ -47,6 +47,9 @@ class Backend {
   // Waits for every op issued so far; CHECK-fails on an asynchronous device
   // error.
   virtual void Synchronize() {}
+  // The native queue the ops are issued on (a cudaStream_t on CUDA), for
+  // work that must be ordered after them (collectives); null on the CPU.
+  virtual void* native_stream() const { return nullptr; }
 
   // ---- embedding -------------------------------------------------------
   // out[t, :] = table[ids[t], :].  table [V, H] f32, ids [T] i32, out [T, H].
@@ -90,8 +93,8 @@ class Backend {
   // h / (Hq / Hkv). s_ij = scale * q_i . k_j;  out_i = sum_j softmax_j(s_i) v_j;
   // lse [Tq, Hq] = logsumexp_j s_ij is saved for backward when non-null.
   // Tiled: memory O(tile^2) per thread, never a Tq x Tk matrix.
-  virtual void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                int64_t q_offset, float scale, Tensor& out, Tensor* lse) = 0;
+  virtual void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,
+                                float scale, Tensor& out, Tensor* lse) = 0;
   // P = exp(s - lse), D_i = dout_i . out_i, dS = P * (dout . v^T - D):
   // dq = scale * dS k (written), dk += scale * dS^T q, dv += P^T dout
   // (accumulated, so chunks of queries sum their contributions).

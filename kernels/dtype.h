@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace sbp {
@@ -14,6 +16,17 @@ inline size_t DTypeSize(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
 absl::string_view DTypeName(DType dtype);  // "f32", "bf16", "i32"
 
 enum class DeviceKind : uint8_t { kCpu, kCuda };
+
+// The one spelling of a device kind, shared by job specs, the store, the
+// protocol conversions, the agent and the CLI: "cpu", "cuda".
+inline absl::string_view DeviceKindName(DeviceKind kind) {
+  return kind == DeviceKind::kCuda ? "cuda" : "cpu";
+}
+inline std::optional<DeviceKind> DeviceKindFromName(absl::string_view name) {
+  if (name == "cpu") return DeviceKind::kCpu;
+  if (name == "cuda") return DeviceKind::kCuda;
+  return std::nullopt;
+}
 
 struct Device {
   DeviceKind kind = DeviceKind::kCpu;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kernels/cpu/sgemm_peak.h"
+
 namespace sbp {
 
 absl::StatusOr<double> MeasureMatmulGflops(Backend& backend, DType dtype, int64_t n, int rounds) {
@@ -30,6 +32,16 @@ absl::StatusOr<double> MeasureMatmulGflops(Backend& backend, DType dtype, int64_
   const double flops =
       2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
   return flops / best / 1e9;
+}
+
+absl::StatusOr<double> ReferenceMatmulGflops(Backend& backend) {
+  if (backend.device().is_cpu()) return cpu::MeasureSgemmGflops(1024, 2);
+  const int64_t before = backend.allocator().peak_bytes();
+  absl::StatusOr<double> gflops = MeasureMatmulGflops(backend, DType::kBF16, 8192, 2);
+  backend.Synchronize();
+  backend.allocator().ResetPeak();
+  backend.allocator().RaisePeak(before);
+  return gflops;
 }
 
 }  // namespace sbp

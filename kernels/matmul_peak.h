@@ -16,4 +16,11 @@ namespace sbp {
 absl::StatusOr<double> MeasureMatmulGflops(Backend& backend, DType dtype, int64_t n = 8192,
                                            int rounds = 5);
 
+// The peak an MFU figure is measured against on `backend`'s device: the
+// same process's sgemm rate on the CPU (fp32 compute), the bf16 matmul rate
+// (n = 8192) on a GPU, whatever the job's precision. The tensors are freed
+// and the allocator's peak reset before it returns, so the figure costs a
+// run no memory.
+absl::StatusOr<double> ReferenceMatmulGflops(Backend& backend);
+
 }  // namespace sbp

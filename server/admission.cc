@@ -181,7 +181,7 @@ absl::Status CheckAdmission(const JobSpec& spec, const AdmissionPlan& plan,
         " is less than the job needs: ", Need(plan), "; raise resources.memory to at least ",
         FormatByteSize(needed), " or leave it out"));
   }
-  const std::string device(DeviceName(spec.resources.device));
+  const std::string device(DeviceKindName(spec.resources.device));
   int64_t registered = 0, largest = 0;
   for (const WorkerCapacity& w : workers) {
     if (w.device != spec.resources.device) continue;

@@ -115,7 +115,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
   if (!admission.note.empty()) AddMessage(job, change, admission.note);
   RETURN_IF_ERROR(Save(job, JobState::kUnspecified, std::move(change)));
   LOG(INFO) << "job " << job.id << " submitted (world_size " << job.world_size << ", "
-            << DeviceName(job.device) << ")";
+            << DeviceKindName(job.device) << ")";
   RunScheduler();
   ASSIGN_OR_RETURN(JobRecord latest, store_->GetJob(job.id));
   return SubmitResult{std::move(latest), true};

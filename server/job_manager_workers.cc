@@ -93,7 +93,8 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
     return saved;
   }
   LOG(INFO) << "worker " << id << (created ? " registered" : " re-registered") << " ("
-            << DeviceName(request.device) << ", " << FormatByteSize(request.memory_bytes) << ")";
+            << DeviceKindName(request.device) << ", " << FormatByteSize(request.memory_bytes)
+            << ")";
   RunScheduler();
   UpdateGauges();
   const int lease = static_cast<int>(absl::ToInt64Seconds(options_.lease));

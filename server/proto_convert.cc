@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "proto/device_kind.h"
 
 namespace sbp::server {
 namespace {
@@ -16,10 +17,6 @@ void SetTime(absl::Time t, google::protobuf::Timestamp* out) {
 
 absl::Time GetTime(const google::protobuf::Timestamp& t) {
   return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-}
-
-v1::DeviceKind DeviceToProto(DeviceKind device) {
-  return device == DeviceKind::kCuda ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
 }
 
 }  // namespace
@@ -76,7 +73,7 @@ void ToProto(const JobEventRecord& event, v1::JobEvent* out) {
 void ToProto(const WorkerView& worker, v1::Worker* out) {
   out->set_id(worker.record.id);
   out->set_name(worker.record.name);
-  out->set_device(DeviceToProto(worker.record.device));
+  out->set_device(DeviceKindToProto(worker.record.device));
   out->set_memory_bytes(worker.record.memory_bytes);
   out->set_state(std::string(WorkerStateName(worker.state)));
   out->set_job_id(worker.job_id);
@@ -133,18 +130,6 @@ FailureClass FromProto(v1::FailureClass failure) {
 Outcome FromProto(v1::Outcome outcome) {
   const int value = static_cast<int>(outcome);
   return value >= 1 && value <= 3 ? static_cast<Outcome>(value) : Outcome::kUnspecified;
-}
-
-absl::StatusOr<DeviceKind> DeviceFromProto(v1::DeviceKind device, absl::string_view field) {
-  switch (device) {
-    case v1::DEVICE_KIND_CPU:
-      return DeviceKind::kCpu;
-    case v1::DEVICE_KIND_CUDA:
-      return DeviceKind::kCuda;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": must be DEVICE_KIND_CPU or DEVICE_KIND_CUDA"));
-  }
 }
 
 }  // namespace sbp::server

@@ -20,8 +20,5 @@ MemoryUsageRecord FromProto(const streambp::v1::MemoryUsage& memory);
 JobState FromProto(streambp::v1::JobState state);
 FailureClass FromProto(streambp::v1::FailureClass failure);
 Outcome FromProto(streambp::v1::Outcome outcome);
-// InvalidArgument naming `field` for DEVICE_KIND_UNSPECIFIED or unknown values.
-absl::StatusOr<DeviceKind> DeviceFromProto(streambp::v1::DeviceKind device,
-                                           absl::string_view field);
 
 }  // namespace sbp::server

@@ -99,10 +99,6 @@ struct WorkerRecord {
   bool operator==(const WorkerRecord&) const = default;
 };
 
-inline absl::string_view DeviceName(DeviceKind device) {
-  return device == DeviceKind::kCuda ? "cuda" : "cpu";
-}
-
 inline absl::string_view WorkerStateName(WorkerState state) {
   switch (state) {
     case WorkerState::kIdle:

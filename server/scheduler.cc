@@ -62,7 +62,7 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
 
   ScheduleResult result;
   for (const SchedulerJob& job : jobs) {
-    const std::string device(DeviceName(job.device));
+    const std::string device(DeviceKindName(job.device));
     std::vector<size_t> candidates;
     std::vector<std::string> fitting;  // ids of the workers with enough memory
     int64_t on_device = 0, eligible = 0, busy = 0, held = 0, too_small = 0;

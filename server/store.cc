@@ -93,8 +93,9 @@ constexpr char kJobColumns[] =
 int64_t ToMicros(absl::Time t) { return absl::ToUnixMicros(t); }
 absl::Time FromMicros(int64_t us) { return absl::FromUnixMicros(us); }
 
+// Rows hold DeviceKindName's spelling; anything else reads as the CPU.
 DeviceKind ParseDevice(absl::string_view text) {
-  return text == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+  return DeviceKindFromName(text).value_or(DeviceKind::kCpu);
 }
 
 // JSON has no NaN or infinity; store them as null and read null back as NaN.
@@ -207,7 +208,7 @@ void BindJob(sqlite::Statement& s, const JobRecord& job, int first) {
   s.Bind(i++, int64_t{job.max_restarts});
   s.Bind(i++, int64_t{job.priority});
   s.Bind(i++, int64_t{job.world_size});
-  s.Bind(i++, DeviceName(job.device));
+  s.Bind(i++, DeviceKindName(job.device));
   s.Bind(i++, job.required_memory_bytes);
   if (job.request_id.empty()) {
     s.BindNull(i++);
@@ -544,7 +545,7 @@ absl::Status Store::UpsertWorker(const WorkerRecord& w) {
                "saving a worker"));
   s->Bind(1, w.id)
       .Bind(2, w.name)
-      .Bind(3, DeviceName(w.device))
+      .Bind(3, DeviceKindName(w.device))
       .Bind(4, w.memory_bytes)
       .Bind(5, w.version)
       .Bind(6, ToMicros(w.registered_at))

@@ -1,6 +1,7 @@
 #include "server/worker_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "proto/device_kind.h"
 #include "server/proto_convert.h"
 
 namespace sbp::server {
@@ -31,7 +32,7 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
                                          v1::RegisterWorkerResponse* response) {
   return guard_->Run(*context, Role::kWorker, kRegister, [&]() -> absl::Status {
     RegisterRequest r;
-    absl::StatusOr<DeviceKind> device = DeviceFromProto(request->device(), "device");
+    absl::StatusOr<DeviceKind> device = DeviceKindFromProto(request->device(), "device");
     if (!device.ok()) return device.status();
     r.device = *device;
     r.worker_id = request->worker_id();

@@ -94,6 +94,7 @@ class CudaBackend final : public Backend {
   void Cast(const Tensor& src, Tensor& dst) override;
 
   cudaStream_t stream() const { return allocator_.stream(); }
+  void* native_stream() const override { return stream(); }
 
  private:
   CudaBackend(CudaAllocator& allocator, CudaBackendOptions options)

@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "common/version.h"
 #include "google/protobuf/util/time_util.h"
+#include "proto/device_kind.h"
 #include "worker/agent/backoff.h"
 #include "worker/agent/coordinator_channel.h"
 #include "worker/agent/failure.h"
@@ -19,7 +20,7 @@
 #include "worker/agent/progress_reporter.h"
 #include "worker/agent/rendezvous_store.h"
 #include "worker/agent/system_info.h"
-#include "worker/dist/gloo_communicator.h"
+#include "worker/dist/connect.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/trainer.h"
 
@@ -32,10 +33,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kCallTimeout{10000};
 constexpr int kPollWaitSeconds = 10;
-
-v1::DeviceKind ToProto(DeviceKind kind) {
-  return kind == DeviceKind::kCuda ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
-}
 
 // Errors that another try cannot fix.
 bool IsPermanent(const absl::Status& status) {
@@ -134,7 +131,7 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Create(AgentOptions op
   if (options.memory_bytes <= 0) {
     return absl::InvalidArgumentError("--memory: must be a positive byte size");
   }
-  if (options.device == DeviceKind::kCuda && !kCudaCompiled) {
+  if (!options.device.is_cpu() && !kCudaCompiled) {
     return absl::InvalidArgumentError("--device: this build has no CUDA backend");
   }
   if (options.name.empty()) options.name = DefaultWorkerName();
@@ -182,7 +179,7 @@ absl::Status WorkerAgent::EnsureRegistered() {
     request.set_worker_id(worker_id_);
   }
   request.set_name(options_.name);
-  request.set_device(ToProto(options_.device));
+  request.set_device(DeviceKindToProto(options_.device.kind));
   request.set_memory_bytes(options_.memory_bytes);
   request.set_version(kVersion);
   grpc::ClientContext context;
@@ -419,25 +416,24 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   Observer observer(this, assignment, &reporter);
   TrainOptions train_options;
   train_options.base_dir = options_.work_dir;
+  train_options.device = DeviceName(options_.device);
   train_options.resume = true;
   if (assignment.world_size() > 1) {
     // Ranks meet through the coordinator's key-value service, in a scope of
-    // this attempt, so that a retry never meets a stale rank.
+    // this attempt, so that a retry never meets a stale rank; the device
+    // picks the communicator (Gloo on CPUs, NCCL on GPUs).
     train_options.connect =
-        [this, &assignment](Allocator& allocator) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        [this, &assignment](Backend& backend) -> absl::StatusOr<std::unique_ptr<Communicator>> {
       CoordinatorRendezvousStore store(std::shared_ptr<v1::RendezvousService::StubInterface>(
                                            v1::RendezvousService::NewStub(channel_)),
                                        options_.token, assignment.rendezvous_scope(),
                                        options_.collective_timeout);
-      GlooOptions gloo;
-      gloo.rank = assignment.rank();
-      gloo.world_size = assignment.world_size();
-      gloo.host = options_.collective_host;
-      gloo.timeout = options_.collective_timeout;
-      gloo.scratch_allocator = &allocator;
-      ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> comm,
-                       GlooCommunicator::Connect(store, gloo));
-      return std::unique_ptr<Communicator>(std::move(comm));
+      CollectiveOptions collective;
+      collective.rank = assignment.rank();
+      collective.world_size = assignment.world_size();
+      collective.host = options_.collective_host;
+      collective.timeout = options_.collective_timeout;
+      return ConnectCommunicator(store, backend, collective);
     };
   }
   current_bytes_ = 0;

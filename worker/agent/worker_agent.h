@@ -37,15 +37,15 @@ namespace sbp {
 struct ProgressUpdate;
 
 struct AgentOptions {
-  std::string coordinator;  // "host:port"
-  std::string token;        // worker bearer token; "" sends none
-  std::string name;         // shown by `sbp workers`; "" = hostname-pid
-  DeviceKind device = DeviceKind::kCpu;
-  int64_t memory_bytes = 0;    // capacity advertised and allocator budget enforced
-  std::string work_dir = ".";  // relative paths of job specs resolve here
-  std::string metrics_listen;  // "host:port" for /metrics; "" = none
-  std::string tls_ca_path;     // PEM roots for TLS to the coordinator; "" = plaintext
-  int compute_threads = 0;     // OpenMP threads for training; 0 = the runtime's default
+  std::string coordinator;        // "host:port"
+  std::string token;              // worker bearer token; "" sends none
+  std::string name;               // shown by `sbp workers`; "" = hostname-pid
+  Device device = Device::Cpu();  // what jobs train on ("cpu", "cuda:N")
+  int64_t memory_bytes = 0;       // capacity advertised and allocator budget enforced
+  std::string work_dir = ".";     // relative paths of job specs resolve here
+  std::string metrics_listen;     // "host:port" for /metrics; "" = none
+  std::string tls_ca_path;        // PEM roots for TLS to the coordinator; "" = plaintext
+  int compute_threads = 0;        // OpenMP threads for training; 0 = the runtime's default
   // Multi-worker jobs: the address this worker's collectives listen on, as
   // the other ranks reach it, and the bound on every collective (a dead peer
   // fails the attempt within it).

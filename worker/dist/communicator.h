@@ -25,12 +25,16 @@ class Communicator {
 
   // `data` holds world_size() chunks of `chunk` floats. Afterwards chunk
   // rank() of `data` holds the element-wise sum of every rank's chunk rank();
-  // the other chunks are clobbered (they are the ring's working space).
-  virtual absl::Status ReduceScatterSum(float* data, int64_t chunk) = 0;
+  // the other chunks are clobbered (they are the ring's working space). With
+  // `accumulator` (`chunk` floats in the same memory as `data`) the sum is
+  // also added to it, on the communicator's side (its stream on a GPU), so
+  // the caller never touches the result: accumulator += sum.
+  virtual absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator) = 0;
 
-  // `data` holds world_size() chunks of `chunk` floats; chunk r comes from
-  // rank r. Afterwards every rank holds all chunks.
-  virtual absl::Status AllGather(float* data, int64_t chunk) = 0;
+  // `data` holds world_size() chunks of `chunk_bytes` bytes (any element
+  // type: f32 master weights, bf16 compute weights); chunk r comes from rank
+  // r. Afterwards every rank holds all chunks.
+  virtual absl::Status AllGather(void* data, int64_t chunk_bytes) = 0;
 
   // Element-wise reduction of `count` doubles over all ranks, in place.
   virtual absl::Status AllReduce(double* data, int64_t count, ReduceOp op) = 0;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
@@ -94,7 +95,16 @@ absl::Status GlooCommunicator::Guard(const char* what, Body&& body) {
 // to rank r + 1 and receives chunk (r - s - 2) from rank r - 1, adding it to
 // its own copy. Chunk c thus travels r+1 -> r+2 -> ... collecting one
 // contribution per hop and is complete when it reaches rank c.
-absl::Status GlooCommunicator::ReduceScatterSum(float* data, int64_t chunk) {
+absl::Status GlooCommunicator::ReduceScatterSum(float* data, int64_t chunk, float* accumulator) {
+  RETURN_IF_ERROR(RingReduceScatter(data, chunk));
+  if (accumulator != nullptr) {
+    const float* mine = data + static_cast<int64_t>(rank()) * chunk;
+    for (int64_t i = 0; i < chunk; ++i) accumulator[i] += mine[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::RingReduceScatter(float* data, int64_t chunk) {
   const int n = world_size(), r = rank();
   if (n == 1 || chunk == 0) return absl::OkStatus();
   std::vector<float> host_scratch;
@@ -129,11 +139,11 @@ absl::Status GlooCommunicator::ReduceScatterSum(float* data, int64_t chunk) {
 
 // Ring all-gather in place: at step s rank r forwards chunk (r - s) to rank
 // r + 1 and receives chunk (r - s - 1) from rank r - 1.
-absl::Status GlooCommunicator::AllGather(float* data, int64_t chunk) {
+absl::Status GlooCommunicator::AllGather(void* data, int64_t chunk_bytes_signed) {
   const int n = world_size(), r = rank();
-  if (n == 1 || chunk == 0) return absl::OkStatus();
+  if (n == 1 || chunk_bytes_signed == 0) return absl::OkStatus();
   return Guard("all-gather", [&] {
-    const size_t chunk_bytes = static_cast<size_t>(chunk) * sizeof(float);
+    const size_t chunk_bytes = static_cast<size_t>(chunk_bytes_signed);
     // Separate buffer objects for the outgoing and incoming direction: one
     // pending operation per unbound buffer.
     auto send = context_->createUnboundBuffer(data, chunk_bytes * n);

@@ -44,14 +44,16 @@ class GlooCommunicator final : public Communicator {
 
   int rank() const override;
   int world_size() const override;
-  absl::Status ReduceScatterSum(float* data, int64_t chunk) override;
-  absl::Status AllGather(float* data, int64_t chunk) override;
+  absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator) override;
+  absl::Status AllGather(void* data, int64_t chunk_bytes) override;
   absl::Status AllReduce(double* data, int64_t count, ReduceOp op) override;
   absl::Status Broadcast(void* data, int64_t bytes, int root) override;
   absl::Status Barrier() override;
 
  private:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, const GlooOptions& options);
+  // The ring reduce-scatter proper (no accumulator).
+  absl::Status RingReduceScatter(float* data, int64_t chunk);
   // Runs `body`, turning Gloo's exceptions into a status naming `what`.
   template <typename Body>
   absl::Status Guard(const char* what, Body&& body);

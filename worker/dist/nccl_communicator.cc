@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/launch.h"
 
 namespace sbp {
 namespace {
@@ -22,6 +23,19 @@ absl::Status CudaStatus(cudaError_t e, const char* call) {
 }
 
 std::string NcclText(ncclResult_t r) { return ncclGetErrorString(r); }
+
+// A non-blocking communicator may answer ncclInProgress: the call (a
+// collective being enqueued, finalisation, initialisation) goes on in the
+// background. Polls ncclCommGetAsyncError until it is no longer in progress,
+// or `deadline` passes (then ncclInProgress is returned).
+ncclResult_t WaitWhileInProgress(ncclComm_t comm, Clock::time_point deadline) {
+  ncclResult_t state = ncclInProgress;
+  while (true) {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+    if (state != ncclInProgress || Clock::now() > deadline) return state;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
 
 }  // namespace
 
@@ -41,11 +55,19 @@ NcclCommunicator::~NcclCommunicator() {
   if (impl_ == nullptr) return;
   cudaSetDevice(options_.device);
   if (impl_->comm != nullptr) {
-    if (impl_->broken) {
-      ncclCommAbort(impl_->comm);
-    } else {
-      ncclCommFinalize(impl_->comm);
+    bool finalized = false;
+    if (!impl_->broken) {
+      // Finalisation flushes outstanding work; on a non-blocking communicator
+      // it may still be in progress when the call returns, and destroying
+      // the communicator before it completes is undefined.
+      const ncclResult_t r = ncclCommFinalize(impl_->comm);
+      finalized = (r == ncclSuccess || r == ncclInProgress) &&
+                  WaitWhileInProgress(impl_->comm, Clock::now() + options_.timeout) == ncclSuccess;
+    }
+    if (finalized) {
       ncclCommDestroy(impl_->comm);
+    } else {
+      ncclCommAbort(impl_->comm);
     }
   }
   if (impl_->staging != nullptr) cudaFree(impl_->staging);
@@ -136,13 +158,22 @@ absl::Status NcclCommunicator::Launch(const char* what,
   RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.ready, compute), "cudaEventRecord"));
   RETURN_IF_ERROR(
       CudaStatus(cudaStreamWaitEvent(impl.stream, impl.ready, 0), "cudaStreamWaitEvent"));
-  const auto r = static_cast<ncclResult_t>(enqueue(impl.stream));
-  if (r != ncclSuccess && r != ncclInProgress) {
+  const auto deadline = Clock::now() + options_.timeout;
+  auto r = static_cast<ncclResult_t>(enqueue(impl.stream));
+  // On a non-blocking communicator the collective may still be being
+  // enqueued: the completion event must be recorded only once it is on the
+  // stream, or the event would complete before the collective runs.
+  if (r == ncclInProgress) r = WaitWhileInProgress(impl.comm, deadline);
+  if (r == ncclInProgress) {
+    impl.broken = true;
+    return absl::DeadlineExceededError(
+        absl::StrCat(where, ": NCCL did not enqueue it within ", options_.timeout.count(), " ms"));
+  }
+  if (r != ncclSuccess) {
     impl.broken = true;
     return absl::UnavailableError(absl::StrCat(where, ": ", NcclText(r)));
   }
   RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.done, impl.stream), "cudaEventRecord"));
-  const auto deadline = Clock::now() + options_.timeout;
   while (true) {
     const cudaError_t q = cudaEventQuery(impl.done);
     if (q == cudaSuccess) break;
@@ -166,22 +197,34 @@ absl::Status NcclCommunicator::Launch(const char* what,
   return absl::OkStatus();
 }
 
-absl::Status NcclCommunicator::ReduceScatterSum(float* data, int64_t chunk) {
+absl::Status NcclCommunicator::ReduceScatterSum(float* data, int64_t chunk, float* accumulator) {
   if (chunk == 0) return absl::OkStatus();
-  // In place: the output is chunk rank() of the input, as NCCL allows.
+  // In place: the output is chunk rank() of the input, as NCCL allows. The
+  // accumulation runs on the same stream right after it, so the result never
+  // makes a trip through the host or the compute stream.
   float* out = data + static_cast<int64_t>(rank()) * chunk;
   return Launch("reduce-scatter", [&](void* stream) {
-    return static_cast<int>(ncclReduceScatter(data, out, static_cast<size_t>(chunk), ncclFloat,
-                                              ncclSum, impl_->comm,
-                                              static_cast<cudaStream_t>(stream)));
+    auto s = static_cast<cudaStream_t>(stream);
+    ncclResult_t r = ncclReduceScatter(data, out, static_cast<size_t>(chunk), ncclFloat, ncclSum,
+                                       impl_->comm, s);
+    // The addition must follow the collective on the stream: wait until
+    // NCCL has really enqueued it.
+    if (r == ncclInProgress && accumulator != nullptr) {
+      r = WaitWhileInProgress(impl_->comm, Clock::now() + options_.timeout);
+    }
+    if (r == ncclSuccess && accumulator != nullptr) {
+      cuda::LaunchAxpy(s, 1.0f, cuda::In{out, cuda::ElemType::kF32},
+                       cuda::Out{accumulator, cuda::ElemType::kF32}, chunk);
+    }
+    return static_cast<int>(r);
   });
 }
 
-absl::Status NcclCommunicator::AllGather(float* data, int64_t chunk) {
-  if (chunk == 0) return absl::OkStatus();
-  const float* in = data + static_cast<int64_t>(rank()) * chunk;
+absl::Status NcclCommunicator::AllGather(void* data, int64_t chunk_bytes) {
+  if (chunk_bytes == 0) return absl::OkStatus();
+  const char* in = static_cast<const char*>(data) + static_cast<int64_t>(rank()) * chunk_bytes;
   return Launch("all-gather", [&](void* stream) {
-    return static_cast<int>(ncclAllGather(in, data, static_cast<size_t>(chunk), ncclFloat,
+    return static_cast<int>(ncclAllGather(in, data, static_cast<size_t>(chunk_bytes), ncclChar,
                                           impl_->comm, static_cast<cudaStream_t>(stream)));
   });
 }
@@ -195,16 +238,24 @@ absl::Status NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp o
     RETURN_IF_ERROR(CudaStatus(cudaMalloc(&impl.staging, count * sizeof(double)), "cudaMalloc"));
     impl.staging_count = count;
   }
-  RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpy(impl.staging, data, count * sizeof(double), cudaMemcpyHostToDevice),
-                 "cudaMemcpy"));
+  // The upload is ordered on the communicator's stream, before the
+  // collective that reads it (the legacy default stream would not order it
+  // against a non-blocking stream); the download waits for the stream.
   RETURN_IF_ERROR(Launch("all-reduce", [&](void* stream) {
+    auto s = static_cast<cudaStream_t>(stream);
+    if (cudaMemcpyAsync(impl.staging, data, count * sizeof(double), cudaMemcpyHostToDevice, s) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return static_cast<int>(ncclUnhandledCudaError);
+    }
     return static_cast<int>(ncclAllReduce(impl.staging, impl.staging, static_cast<size_t>(count),
                                           ncclDouble, op == ReduceOp::kSum ? ncclSum : ncclMax,
-                                          impl.comm, static_cast<cudaStream_t>(stream)));
+                                          impl.comm, s));
   }));
-  return CudaStatus(cudaMemcpy(data, impl.staging, count * sizeof(double), cudaMemcpyDeviceToHost),
-                    "cudaMemcpy");
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(data, impl.staging, count * sizeof(double),
+                                             cudaMemcpyDeviceToHost, impl.stream),
+                             "cudaMemcpyAsync"));
+  return CudaStatus(cudaStreamSynchronize(impl.stream), "cudaStreamSynchronize");
 }
 
 absl::Status NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {

@@ -35,8 +35,8 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return options_.rank; }
   int world_size() const override { return options_.world_size; }
-  absl::Status ReduceScatterSum(float* data, int64_t chunk) override;
-  absl::Status AllGather(float* data, int64_t chunk) override;
+  absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator) override;
+  absl::Status AllGather(void* data, int64_t chunk_bytes) override;
   // `data` is a host array here (counts and norms); it is staged through a
   // small device buffer.
   absl::Status AllReduce(double* data, int64_t count, ReduceOp op) override;

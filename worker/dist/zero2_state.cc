@@ -14,14 +14,22 @@ Zero2State::Zero2State(ParameterStore& weights, Communicator& comm, Backend& bac
 
 Zero2State::~Zero2State() { executor_.WaitAll().IgnoreError(); }
 
-absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& weights,
-                                                               Communicator& comm,
-                                                               Backend& backend) {
+absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(
+    ParameterStore& weights, Communicator& comm, Backend& backend,
+    const ParameterStore* master_source) {
   const int n = comm.world_size();
   std::unique_ptr<Zero2State> state(new Zero2State(weights, comm, backend));
   Allocator& allocator = backend.allocator();
   const auto& groups = weights.groups();
-  for (const ParameterGroup& group : groups) {
+  if (master_source == nullptr && !groups.empty() && groups[0].flat.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ZeRO-2 over ", DTypeName(groups[0].flat.dtype()), " weights needs separate f32 masters"));
+  }
+  if (master_source != nullptr && master_source->groups().size() != groups.size()) {
+    return absl::InvalidArgumentError("ZeRO-2: the master weights have another layout");
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const ParameterGroup& group = groups[g];
     const int64_t padded = group.flat.numel();
     if (padded % n != 0) {
       return absl::InvalidArgumentError(absl::StrCat("parameter group ", group.name, " has ",
@@ -33,13 +41,32 @@ absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& w
     for (auto [list, what] :
          {std::pair{&state->grad_, "gradient shard"}, std::pair{&state->m_, "AdamW exp_avg shard"},
           std::pair{&state->v_, "AdamW exp_avg_sq shard"}}) {
-      ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(allocator, {shard}, DType::kF32,
+      ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(allocator, {shard}, DType::kF32,
                                                absl::StrCat(what, " ", group.name)));
+      backend.Fill(t, 0.0f);
       list->push_back(std::move(t));
+    }
+    if (master_source != nullptr) {
+      const Tensor& source = master_source->groups()[g].flat;
+      if (source.dtype() != DType::kF32 || source.numel() != padded) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ZeRO-2: master source group ", group.name, " is not f32[", padded, "]"));
+      }
+      ASSIGN_OR_RETURN(Tensor master,
+                       Tensor::Empty(allocator, {shard}, DType::kF32,
+                                     absl::StrCat("master weights shard ", group.name)));
+      backend.Copy(source.Rows(comm.rank() * shard, (comm.rank() + 1) * shard), master);
+      state->master_.push_back(std::move(master));
     }
   }
   state->open_.resize(groups.size());
   return state;
+}
+
+Tensor Zero2State::master_shard(int group) const {
+  if (!master_.empty()) return master_[group];
+  const int64_t begin = comm_.rank() * shard_[group];
+  return weights_.groups()[group].flat.Rows(begin, begin + shard_[group]);
 }
 
 bool Zero2State::is_layer(int group) const {
@@ -47,7 +74,7 @@ bool Zero2State::is_layer(int group) const {
 }
 
 void Zero2State::ZeroGradients() {
-  for (Tensor& g : grad_) std::memset(g.raw_data(), 0, g.nbytes());
+  for (Tensor& g : grad_) backend_.Fill(g, 0.0f);
 }
 
 absl::StatusOr<Zero2State::GroupBuffer> Zero2State::TakeBuffer(int group) {
@@ -76,14 +103,11 @@ absl::StatusOr<Zero2State::GroupBuffer> Zero2State::TakeBuffer(int group) {
 void Zero2State::QueueReduceScatter(int group, GroupBuffer buffer) {
   const int64_t shard = shard_[group];
   float* owned = grad_[group].data<float>();
-  const int rank = comm_.rank();
   Tensor data = std::move(buffer.tensor);
-  const int64_t ticket = executor_.Submit([this, data, shard, owned, rank]() -> absl::Status {
-    float* values = data.data<float>();
-    RETURN_IF_ERROR(comm_.ReduceScatterSum(values, shard));
-    const float* reduced = values + static_cast<int64_t>(rank) * shard;
-    for (int64_t i = 0; i < shard; ++i) owned[i] += reduced[i];
-    return absl::OkStatus();
+  // The communicator adds the reduced chunk into the owned gradient shard
+  // itself (on its stream on a GPU): gradients accumulate over passes.
+  const int64_t ticket = executor_.Submit([this, data, shard, owned]() -> absl::Status {
+    return comm_.ReduceScatterSum(data.data<float>(), shard, owned);
   });
   if (buffer.slot >= 0) cache_ticket_[buffer.slot] = ticket;
 }
@@ -148,8 +172,9 @@ absl::Status Zero2State::Step(AdamWParams params, double weight_decay) {
   const int rank = comm_.rank();
   auto& groups = weights_.groups();
   for (size_t g = 0; g < groups.size(); ++g) {
-    ParameterGroup& group = groups[g];
+    const ParameterGroup& group = groups[g];
     const int64_t begin = rank * shard_[g], end = begin + shard_[g];
+    const Tensor master = master_shard(static_cast<int>(g));
     // Each tensor's part inside [begin, end), with its own weight decay.
     int64_t offset = 0;
     for (size_t i = 0; i < group.tensors.size(); ++i) {
@@ -158,15 +183,31 @@ absl::Status Zero2State::Step(AdamWParams params, double weight_decay) {
       offset += n;
       if (a >= b) continue;
       params.weight_decay = WeightDecayFor(group.specs[i].kind, weight_decay);
-      Tensor w = group.flat.Rows(a, b);
+      Tensor w = master.Rows(a - begin, b - begin);
       Tensor dw = grad_[g].Rows(a - begin, b - begin);
       Tensor m = m_[g].Rows(a - begin, b - begin);
       Tensor v = v_[g].Rows(a - begin, b - begin);
       backend_.AdamW(w, dw, m, v, params);
     }
-    float* data = group.flat.data<float>();
+  }
+  return PublishWeights();
+}
+
+absl::Status Zero2State::RefreshComputeWeights() { return PublishWeights(); }
+
+absl::Status Zero2State::PublishWeights() {
+  const int rank = comm_.rank();
+  auto& groups = weights_.groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Tensor& flat = groups[g].flat;
     const int64_t shard = shard_[g];
-    executor_.Submit([this, data, shard] { return comm_.AllGather(data, shard); });
+    if (!master_.empty()) {
+      Tensor owned = flat.Rows(rank * shard, (rank + 1) * shard);
+      backend_.Cast(master_[g], owned);
+    }
+    void* data = flat.raw_data();
+    const int64_t shard_bytes = shard * static_cast<int64_t>(DTypeSize(flat.dtype()));
+    executor_.Submit([this, data, shard_bytes] { return comm_.AllGather(data, shard_bytes); });
   }
   return executor_.WaitAll();
 }

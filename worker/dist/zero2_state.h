@@ -1,8 +1,18 @@
 // ZeRO-2 on one rank. Every rank keeps the full compute weights (a
 // ParameterStore padded so that each group splits into world_size equal
 // shards); rank r owns elements [r*S, (r+1)*S) of every group (S = padded
-// size / world_size): their fp32 gradient shard and Adam moments, and uses
-// the weights' own elements there as fp32 master weights.
+// size / world_size): their fp32 gradient shard and Adam moments, and the
+// fp32 master weights of that shard. With f32 compute weights the master
+// shard can be the weights' own elements; with a separate master (bf16
+// compute weights, or on request) it is a shard of its own, initialised
+// from the full-precision source, and after AdamW it is cast into the
+// compute copy's shard before the all-gather — which then moves compute
+// weights (bf16: half the bytes), never fp32 masters.
+//
+// Every buffer lives on the backend's device and every element operation
+// goes through the backend or the communicator (which adds a reduced shard
+// into its owner's gradient on its own stream), so the same code runs on
+// the CPU with Gloo and on a GPU with NCCL.
 //
 // As the engine's GradientSink it hands the backward a zeroed group-sized
 // buffer for each group and, when the group is complete, reduce-scatters it
@@ -33,10 +43,13 @@ namespace sbp {
 
 class Zero2State final : public GradientSink {
  public:
-  // `weights` must be padded to a multiple of comm.world_size() and outlive
-  // this object.
-  static absl::StatusOr<std::unique_ptr<Zero2State>> Create(ParameterStore& weights,
-                                                            Communicator& comm, Backend& backend);
+  // `weights` (the compute copy) must be padded to a multiple of
+  // comm.world_size() and outlive this object. With `master_source` (f32,
+  // host or device, `weights`' layout) the master shards are separate and
+  // start from its values; without it they are the f32 weights themselves.
+  static absl::StatusOr<std::unique_ptr<Zero2State>> Create(
+      ParameterStore& weights, Communicator& comm, Backend& backend,
+      const ParameterStore* master_source = nullptr);
   ~Zero2State() override;
 
   // GradientSink.
@@ -53,15 +66,25 @@ class Zero2State final : public GradientSink {
   // sqrt of the sum of squares of the whole (global) gradient.
   absl::StatusOr<double> GlobalGradNorm();
   // AdamW with `params` (weight decay `weight_decay` where WeightDecayFor
-  // allows it) on the owned shard of every group, then the all-gather that
-  // gives every rank the new weights.
+  // allows it) on the owned master shard of every group, the cast into the
+  // compute copy when the master is separate, then the all-gather that gives
+  // every rank the new compute weights.
   absl::Status Step(AdamWParams params, double weight_decay);
+  // After each rank wrote its master shard (a resume): the compute copy
+  // from the masters on every rank (cast when separate, then all-gather).
+  absl::Status RefreshComputeWeights();
 
   int64_t shard_elements(int group) const { return shard_[group]; }
+  bool separate_master() const { return !master_.empty(); }
+  // The f32 master shard of group `group`: a tensor of its own, or a view of
+  // the weights' owned elements.
+  Tensor master_shard(int group) const;
+  std::vector<Tensor>& master_shards() { return master_; }  // empty unless separate
   std::vector<Tensor>& gradient_shards() { return grad_; }
   std::vector<Tensor>& exp_avg_shards() { return m_; }
   std::vector<Tensor>& exp_avg_sq_shards() { return v_; }
   Communicator& communicator() { return comm_; }
+  Backend& backend() { return backend_; }
   // Seconds the training thread waited on communication so far.
   double comm_wait_seconds() const { return executor_.blocked_seconds(); }
 
@@ -81,12 +104,16 @@ class Zero2State final : public GradientSink {
   absl::StatusOr<bool> AnyRankActive(bool active);
   absl::Status EmptyPass();
   bool is_layer(int group) const;
+  // Casts the master shards into the compute copy (when separate) and
+  // all-gathers the compute copy.
+  absl::Status PublishWeights();
 
   ParameterStore& weights_;
   Communicator& comm_;
   Backend& backend_;
   std::vector<int64_t> shard_;        // shard elements per group
   std::vector<Tensor> grad_, m_, v_;  // owned shards per group
+  std::vector<Tensor> master_;        // separate f32 master shards (else empty)
   Tensor cache_[2];                   // the one-layer cache
   int64_t cache_ticket_[2] = {0, 0};  // reduce-scatter using each slot
   int next_slot_ = 0;

@@ -30,22 +30,21 @@ absl::Status ValidateSequence(const TokenSequence& sequence, int64_t vocab_size,
     return absl::InvalidArgumentError(absl::StrCat(where, ": field 'input_ids' is empty"));
   }
   if (sequence.labels.size() != sequence.input_ids.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": field 'labels' has ", sequence.labels.size(), " entries but 'input_ids' has ",
-        sequence.input_ids.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": field 'labels' has ", sequence.labels.size(),
+                     " entries but 'input_ids' has ", sequence.input_ids.size()));
   }
   for (size_t t = 0; t < sequence.input_ids.size(); ++t) {
     const int32_t id = sequence.input_ids[t];
     if (id < 0 || id >= vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": input_ids[", t, "] = ", id,
-                                                     " is outside the vocabulary [0, ",
-                                                     vocab_size, ")"));
+                                                     " is outside the vocabulary [0, ", vocab_size,
+                                                     ")"));
     }
     const int32_t label = sequence.labels[t];
     if (label != kIgnoreIndex && (label < 0 || label >= vocab_size)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": labels[", t, "] = ", label,
-                                                     " is neither -100 nor in [0, ", vocab_size,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": labels[", t, "] = ", label, " is neither -100 nor in [0, ", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -61,9 +60,27 @@ absl::StatusOr<Tensor> OnBackendDevice(Backend& backend, const Tensor& host, con
   return t;
 }
 
+}  // namespace
+
+absl::StatusOr<SequenceTensors> SequenceOnDevice(Backend& backend, const TokenSequence& sequence) {
+  SequenceTensors out;
+  out.ids = sequence.input_ids;
+  out.targets = ShiftedTargets(sequence);
+  const int64_t n = static_cast<int64_t>(out.ids.size());
+  ASSIGN_OR_RETURN(
+      out.ids_t,
+      OnBackendDevice(backend, Tensor::Wrap(out.ids.data(), {n}, DType::kI32), "token ids"));
+  ASSIGN_OR_RETURN(
+      out.targets_t,
+      OnBackendDevice(backend, Tensor::Wrap(out.targets.data(), {n}, DType::kI32), "targets"));
+  return out;
+}
+
+namespace {
+
 absl::StatusOr<BatchResult> RunBatch(Engine& engine, const ModelTensors& weights,
-                                     const std::vector<TokenSequence>& batch,
-                                     ModelTensors* grads, int64_t normaliser) {
+                                     const std::vector<TokenSequence>& batch, ModelTensors* grads,
+                                     int64_t normaliser) {
   BatchResult result;
   result.valid_targets = CountValidTargets(batch);
   const int64_t count = normaliser > 0 ? normaliser : result.valid_targets;
@@ -72,21 +89,13 @@ absl::StatusOr<BatchResult> RunBatch(Engine& engine, const ModelTensors& weights
     result.tokens += static_cast<int64_t>(sequence.input_ids.size());
     // A sequence without valid targets contributes neither loss nor gradient.
     if (CountValidTargets(sequence) == 0) continue;
-    std::vector<int32_t> ids = sequence.input_ids;
-    std::vector<int32_t> targets = ShiftedTargets(sequence);
-    const int64_t n = static_cast<int64_t>(ids.size());
-    ASSIGN_OR_RETURN(Tensor ids_t, OnBackendDevice(engine.backend(),
-                                                   Tensor::Wrap(ids.data(), {n}, DType::kI32),
-                                                   "token ids"));
-    ASSIGN_OR_RETURN(Tensor targets_t,
-                     OnBackendDevice(engine.backend(),
-                                     Tensor::Wrap(targets.data(), {n}, DType::kI32), "targets"));
+    ASSIGN_OR_RETURN(const SequenceTensors t, SequenceOnDevice(engine.backend(), sequence));
     double contribution = 0;
     if (grads != nullptr) {
       ASSIGN_OR_RETURN(contribution,
-                       engine.ForwardBackward(weights, ids_t, targets_t, loss, *grads));
+                       engine.ForwardBackward(weights, t.ids_t, t.targets_t, loss, *grads));
     } else {
-      ASSIGN_OR_RETURN(contribution, engine.Forward(weights, ids_t, targets_t, loss));
+      ASSIGN_OR_RETURN(contribution, engine.Forward(weights, t.ids_t, t.targets_t, loss));
     }
     result.loss += contribution;
   }

@@ -29,8 +29,16 @@ int64_t CountValidTargets(const std::vector<TokenSequence>& batch);
 absl::Status ValidateSequence(const TokenSequence& sequence, int64_t vocab_size,
                               absl::string_view where);
 
+// A sequence's token ids and shifted targets as i32 tensors on the engine's
+// device (views of the host vectors on a host backend, copies otherwise).
+struct SequenceTensors {
+  std::vector<int32_t> ids, targets;  // host values (the tensors may view them)
+  Tensor ids_t, targets_t;
+};
+absl::StatusOr<SequenceTensors> SequenceOnDevice(Backend& backend, const TokenSequence& sequence);
+
 struct BatchResult {
-  double loss = 0;             // mean over valid targets
+  double loss = 0;  // mean over valid targets
   int64_t valid_targets = 0;
   int64_t tokens = 0;
 };

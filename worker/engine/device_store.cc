@@ -15,10 +15,10 @@ int64_t OffsetIn(const Tensor& t, const Tensor& flat) {
   return bytes / static_cast<int64_t>(DTypeSize(flat.dtype()));
 }
 
-// A copy of `like` whose groups are new device buffers of `dtype` (contents
-// uninitialised), with every view at the same offset.
-absl::StatusOr<ParameterStore> Reallocate(const ParameterStore& like, Backend& backend, DType dtype,
-                                          absl::string_view what) {
+// A copy of `like` whose groups are new buffers of `dtype` from `allocator`
+// (contents uninitialised), with every view at the same offset.
+absl::StatusOr<ParameterStore> Reallocate(const ParameterStore& like, Allocator& allocator,
+                                          DType dtype, absl::string_view what) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameter stores hold f32 or bf16, not ", DTypeName(dtype)));
@@ -26,7 +26,7 @@ absl::StatusOr<ParameterStore> Reallocate(const ParameterStore& like, Backend& b
   ParameterStore out = like;
   for (ParameterGroup& group : out.groups()) {
     const Tensor host_flat = group.flat;
-    ASSIGN_OR_RETURN(group.flat, Tensor::Empty(backend.allocator(), host_flat.shape(), dtype,
+    ASSIGN_OR_RETURN(group.flat, Tensor::Empty(allocator, host_flat.shape(), dtype,
                                                absl::StrCat(what, " ", group.name)));
     for (size_t i = 0; i < group.tensors.size(); ++i) {
       const Tensor& view = group.tensors[i];
@@ -41,33 +41,63 @@ absl::StatusOr<ParameterStore> Reallocate(const ParameterStore& like, Backend& b
 
 absl::StatusOr<ParameterStore> CopyStoreToDevice(const ParameterStore& host, Backend& backend,
                                                  DType dtype, absl::string_view what) {
-  ASSIGN_OR_RETURN(ParameterStore out, Reallocate(host, backend, dtype, what));
-  for (size_t g = 0; g < out.groups().size(); ++g) {
+  ASSIGN_OR_RETURN(ParameterStore out, Reallocate(host, backend.allocator(), dtype, what));
+  RETURN_IF_ERROR(CopyStoreInto(host, backend, out));
+  return out;
+}
+
+absl::Status CopyStoreInto(const ParameterStore& host, Backend& backend, ParameterStore& device) {
+  if (host.groups().size() != device.groups().size()) {
+    return absl::InvalidArgumentError("CopyStoreInto: the stores have different layouts");
+  }
+  for (size_t g = 0; g < device.groups().size(); ++g) {
     const Tensor& src = host.groups()[g].flat;
-    Tensor& dst = out.groups()[g].flat;
+    Tensor& dst = device.groups()[g].flat;
+    if (src.numel() != dst.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("CopyStoreInto: group ", host.groups()[g].name,
+                                                     " is ", src.DebugString(), " and ",
+                                                     dst.DebugString()));
+    }
     if (src.dtype() == dst.dtype()) {
       backend.Copy(src, dst);
       continue;
     }
     // Stage the f32 values on the device, then round them there.
     ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(backend.allocator(), src.shape(), src.dtype(),
-                                                  absl::StrCat(what, " staging")));
+                                                  absl::StrCat(host.groups()[g].name, " staging")));
     backend.Copy(src, staged);
     backend.Cast(staged, dst);
     backend.Synchronize();  // before the staging buffer is released
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParameterStore> HostStoreLike(const ParameterStore& like, Allocator& host_allocator,
+                                             absl::string_view what) {
+  ASSIGN_OR_RETURN(ParameterStore out, Reallocate(like, host_allocator, DType::kF32, what));
+  out.Zero();
   return out;
 }
 
 absl::StatusOr<ParameterStore> ZeroStoreOnDevice(const ParameterStore& like, Backend& backend,
                                                  DType dtype, absl::string_view what) {
-  ASSIGN_OR_RETURN(ParameterStore out, Reallocate(like, backend, dtype, what));
+  ASSIGN_OR_RETURN(ParameterStore out, Reallocate(like, backend.allocator(), dtype, what));
   ZeroStore(out, backend);
   return out;
 }
 
 void ZeroStore(ParameterStore& store, Backend& backend) {
   for (ParameterGroup& group : store.groups()) backend.Fill(group.flat, 0.0f);
+}
+
+absl::StatusOr<ParameterStore> HostCopyOfStore(const ParameterStore& store, Backend& backend,
+                                               Allocator& host_allocator, absl::string_view what) {
+  const bool host_f32 = store.groups().empty() || (store.groups()[0].flat.device().is_cpu() &&
+                                                   store.groups()[0].flat.dtype() == DType::kF32);
+  if (host_f32) return store;
+  ASSIGN_OR_RETURN(ParameterStore host, Reallocate(store, host_allocator, DType::kF32, what));
+  RETURN_IF_ERROR(CopyStoreToHost(store, backend, host));
+  return host;
 }
 
 absl::Status CopyStoreToHost(const ParameterStore& device, Backend& backend, ParameterStore& host) {

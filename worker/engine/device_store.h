@@ -18,12 +18,26 @@ namespace sbp {
 absl::StatusOr<ParameterStore> CopyStoreToDevice(const ParameterStore& host, Backend& backend,
                                                  DType dtype, absl::string_view what);
 
+// device <- host f32 (same layout; values rounded to the device store's
+// dtype). Either side may be host memory on a host backend.
+absl::Status CopyStoreInto(const ParameterStore& host, Backend& backend, ParameterStore& device);
+
+// A zero-filled host f32 store with `like`'s layout (any device or dtype),
+// from `host_allocator`: where checkpoints are read into.
+absl::StatusOr<ParameterStore> HostStoreLike(const ParameterStore& like, Allocator& host_allocator,
+                                             absl::string_view what);
+
 // A zero-filled device store with `like`'s layout.
 absl::StatusOr<ParameterStore> ZeroStoreOnDevice(const ParameterStore& like, Backend& backend,
                                                  DType dtype, absl::string_view what);
 
 // Every element (padding included) set to zero, on whichever device holds it.
 void ZeroStore(ParameterStore& store, Backend& backend);
+
+// `store`'s values in host f32 memory, for writing: `store` itself (sharing
+// its buffers) when it already is host f32, else a copy from `host_allocator`.
+absl::StatusOr<ParameterStore> HostCopyOfStore(const ParameterStore& store, Backend& backend,
+                                               Allocator& host_allocator, absl::string_view what);
 
 // host <- device (same layout; values converted to the host store's f32).
 absl::Status CopyStoreToHost(const ParameterStore& device, Backend& backend, ParameterStore& host);

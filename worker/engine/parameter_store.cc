@@ -137,10 +137,15 @@ ModelTensors BindModelTensors(const ParameterStore& store) {
 
 void BindGroupTensors(const ParameterStore& layout, int group, float* base, ModelTensors& out) {
   const ModelTensors views = BindModelTensors(layout);
-  const float* origin = layout.groups()[group].flat.data<float>();
+  // The layout may be a bf16 compute copy: offsets are counted in its
+  // elements, then applied to the f32 memory at `base`.
+  const Tensor& flat = layout.groups()[group].flat;
+  const auto* origin = static_cast<const char*>(flat.raw_data());
+  const auto element = static_cast<int64_t>(DTypeSize(flat.dtype()));
   auto rebase = [&](const Tensor& t) {
     if (!t.defined()) return Tensor();
-    return Tensor::Wrap(base + (t.data<float>() - origin), t.shape(), DType::kF32, t.device());
+    const int64_t offset = (static_cast<const char*>(t.raw_data()) - origin) / element;
+    return Tensor::Wrap(base + offset, t.shape(), DType::kF32, t.device());
   };
   const int L = layout.config().num_hidden_layers;
   out.layers.resize(L);

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "kernels/allocator.h"
@@ -104,11 +104,19 @@ absl::Status PrepareCheckpointStaging(const std::string& run_dir, int64_t step) 
   return absl::OkStatus();
 }
 
+DType CheckpointWeightDType(const ModelConfig& config) {
+  return config.torch_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
+}
+
+bool CheckpointNeedsMasters(const ModelConfig& config, bool separate_master) {
+  return separate_master || CheckpointWeightDType(config) != DType::kF32;
+}
+
 absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
                                           const ParameterStore& weights,
                                           const TrainerState& state) {
   RETURN_IF_ERROR(SaveModelDirectory(staging_dir, weights.config(), weights.NamedTensors(),
-                                     DType::kF32));
+                                     CheckpointWeightDType(weights.config())));
   return WriteFileAtomically(staging_dir + "/trainer_state.json", state.ToJson().dump(2) + "\n");
 }
 
@@ -133,13 +141,19 @@ absl::Status CommitCheckpoint(const std::string& run_dir, int64_t step, int64_t 
 }
 
 absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& weights,
-                            const ParameterStore& exp_avg, const ParameterStore& exp_avg_sq,
-                            const TrainerState& state, int64_t keep_last) {
+                            const ParameterStore* master, const ParameterStore& exp_avg,
+                            const ParameterStore& exp_avg_sq, const TrainerState& state,
+                            int64_t keep_last) {
   RETURN_IF_ERROR(PrepareCheckpointStaging(run_dir, state.step));
   const std::string temp_dir = CheckpointStagingPath(run_dir, state.step);
   RETURN_IF_ERROR(WriteCheckpointModelAndState(temp_dir, weights, state));
   NamedTensors moments = Prefixed(exp_avg, "exp_avg.");
   for (auto& entry : Prefixed(exp_avg_sq, "exp_avg_sq.")) moments.push_back(std::move(entry));
+  if (CheckpointNeedsMasters(weights.config(), master != nullptr)) {
+    for (auto& entry : Prefixed(master != nullptr ? *master : weights, kMasterPrefix)) {
+      moments.push_back(std::move(entry));
+    }
+  }
   RETURN_IF_ERROR(WriteSafetensors(temp_dir + "/optimizer.safetensors", moments,
                                    {{"format", "sbp-adamw"}}, DType::kF32));
   return CommitCheckpoint(run_dir, state.step, keep_last);
@@ -181,6 +195,10 @@ absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& checkpoint_dir,
                    SafetensorsFile::Open(checkpoint_dir + "/optimizer.safetensors"));
   RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg.", exp_avg, staging));
   RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg_sq.", exp_avg_sq, staging));
+  const auto named = weights.NamedTensors();
+  if (!named.empty() && moments.Contains(kMasterPrefix + named.front().first)) {
+    RETURN_IF_ERROR(LoadPrefixed(moments, kMasterPrefix, weights, staging));
+  }
   return state;
 }
 

@@ -1,7 +1,12 @@
 // Training checkpoints. A checkpoint is a directory
 //   <run>/checkpoints/step-00000050/
-//     config.json + model.safetensors   the weights, loadable as a model
-//     optimizer.safetensors             "exp_avg.<name>", "exp_avg_sq.<name>"
+//     config.json + model.safetensors   the weights, loadable as a model, in
+//                                       the model's own dtype (torch_dtype)
+//     optimizer.safetensors             "exp_avg.<name>", "exp_avg_sq.<name>",
+//                                       and "master.<name>", the fp32 master
+//                                       weights, whenever the model file
+//                                       cannot hold them exactly (bf16 files,
+//                                       or a run with a bf16 compute copy)
 //     trainer_state.json                step, data cursor, job name, figures
 // built under a temporary name, every file fsynced, then renamed into place;
 // <run>/checkpoints/latest names the newest one and is replaced atomically
@@ -20,8 +25,8 @@
 namespace sbp {
 
 struct TrainerState {
-  int64_t step = 0;           // optimizer steps completed
-  std::string data_cursor;    // DataCursor::ToJson()
+  int64_t step = 0;         // optimizer steps completed
+  std::string data_cursor;  // DataCursor::ToJson()
   std::string job_name;
   double last_loss = 0;
   int64_t tokens_seen = 0;
@@ -33,11 +38,23 @@ struct TrainerState {
 // "<run_dir>/checkpoints/step-%08d".
 std::string CheckpointPath(const std::string& run_dir, int64_t step);
 
+// The dtype model.safetensors is written in: the model's own torch_dtype
+// (bf16 for "bfloat16"; f32 otherwise — the runtime holds no f16, so an f16
+// model's checkpoints are written in f32, which transformers casts on load).
+DType CheckpointWeightDType(const ModelConfig& config);
+
+// True when a checkpoint of `config`'s model must carry fp32 master weights
+// beside the model file, given whether the run keeps separate masters.
+bool CheckpointNeedsMasters(const ModelConfig& config, bool separate_master);
+
 // Writes a checkpoint atomically and points `latest` at it; then removes all
-// but the newest `keep_last` checkpoints (0 keeps all).
+// but the newest `keep_last` checkpoints (0 keeps all). Every store is host
+// f32: `weights` go to the model file, `master` (null: the weights are the
+// masters) to the optimizer file when CheckpointNeedsMasters says so.
 absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& weights,
-                            const ParameterStore& exp_avg, const ParameterStore& exp_avg_sq,
-                            const TrainerState& state, int64_t keep_last);
+                            const ParameterStore* master, const ParameterStore& exp_avg,
+                            const ParameterStore& exp_avg_sq, const TrainerState& state,
+                            int64_t keep_last);
 
 // The pieces of SaveCheckpoint, for writers that add their own files (under
 // ZeRO-2 each rank writes its optimizer shard): an empty staging directory,
@@ -46,8 +63,7 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& we
 std::string CheckpointStagingPath(const std::string& run_dir, int64_t step);
 absl::Status PrepareCheckpointStaging(const std::string& run_dir, int64_t step);
 absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
-                                          const ParameterStore& weights,
-                                          const TrainerState& state);
+                                          const ParameterStore& weights, const TrainerState& state);
 absl::Status CommitCheckpoint(const std::string& run_dir, int64_t step, int64_t keep_last);
 
 // The newest complete checkpoint directory of the run, if any.
@@ -57,9 +73,14 @@ absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::strin
 absl::StatusOr<TrainerState> LoadCheckpointWeightsAndState(const std::string& checkpoint_dir,
                                                            ParameterStore& weights);
 
-// Loads a checkpoint into stores of the run's model layout.
+// Loads a checkpoint into host f32 stores of the run's model layout;
+// `weights` receive the full-precision values: the fp32 masters when the
+// checkpoint has them, else the model file's weights.
 absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& checkpoint_dir,
                                             ParameterStore& weights, ParameterStore& exp_avg,
                                             ParameterStore& exp_avg_sq);
+
+// The prefix of master weights in optimizer files ("master.").
+inline constexpr char kMasterPrefix[] = "master.";
 
 }  // namespace sbp

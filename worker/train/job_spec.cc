@@ -83,10 +83,6 @@ using Json = nlohmann::json;
 
 constexpr size_t kMaxNameLength = 100;
 
-absl::string_view DeviceKindText(DeviceKind device) {
-  return device == DeviceKind::kCuda ? "cuda" : "cpu";
-}
-
 // ---------------------------------------------------------------------------
 // Scalars.
 
@@ -551,7 +547,8 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   ASSIGN_OR_RETURN(Block rb, Block::Make(r, top.Get("resources"), "resources"));
   RETURN_IF_ERROR(ReadPositiveInt(r, rb, "world_size", s.resources.world_size));
   RETURN_IF_ERROR(ReadEnum<DeviceKind>(r, rb, "device",
-                                       {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}},
+                                       {{DeviceKindName(DeviceKind::kCpu), DeviceKind::kCpu},
+                                        {DeviceKindName(DeviceKind::kCuda), DeviceKind::kCuda}},
                                        s.resources.device));
   if (rb.Has("memory")) {
     const YAML::Node node = rb.Get("memory");
@@ -624,7 +621,7 @@ Json ToJsonValue(const JobSpec& s) {
                {"loss", GrpoLossName(s.grpo.loss)},
                {"reference", s.grpo.reference}};
   j["resources"] = {{"world_size", s.resources.world_size},
-                    {"device", DeviceKindText(s.resources.device)}};
+                    {"device", DeviceKindName(s.resources.device)}};
   if (s.resources.memory_bytes > 0) {
     j["resources"]["memory"] = FormatExactByteSize(s.resources.memory_bytes);
   }

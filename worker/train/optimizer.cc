@@ -3,15 +3,16 @@
 #include <cmath>
 
 #include "common/status_macros.h"
+#include "worker/engine/device_store.h"
 
 namespace sbp {
 
-absl::StatusOr<AdamWOptimizer> AdamWOptimizer::Create(const ModelConfig& config, Backend& backend,
-                                                      const TrainSpec& train) {
+absl::StatusOr<AdamWOptimizer> AdamWOptimizer::Create(const ParameterStore& layout,
+                                                      Backend& backend, const TrainSpec& train) {
   ASSIGN_OR_RETURN(ParameterStore m,
-                   ParameterStore::Create(config, backend.allocator(), "AdamW exp_avg"));
+                   ZeroStoreOnDevice(layout, backend, DType::kF32, "AdamW exp_avg"));
   ASSIGN_OR_RETURN(ParameterStore v,
-                   ParameterStore::Create(config, backend.allocator(), "AdamW exp_avg_sq"));
+                   ZeroStoreOnDevice(layout, backend, DType::kF32, "AdamW exp_avg_sq"));
   return AdamWOptimizer(backend, train, std::move(m), std::move(v));
 }
 

@@ -15,7 +15,8 @@ namespace sbp {
 
 class AdamWOptimizer {
  public:
-  static absl::StatusOr<AdamWOptimizer> Create(const ModelConfig& config, Backend& backend,
+  // Zero moments in f32 with `layout`'s layout, on `backend`'s device.
+  static absl::StatusOr<AdamWOptimizer> Create(const ParameterStore& layout, Backend& backend,
                                                const TrainSpec& train);
 
   // sqrt(sum of squares) over every gradient.

@@ -1,7 +1,13 @@
 #include "worker/train/optimizer_state.h"
 
+#include <optional>
+#include <utility>
+
+#include "common/check.h"
 #include "common/status_macros.h"
+#include "kernels/allocator.h"
 #include "worker/dist/zero2_state.h"
+#include "worker/engine/device_store.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/sharded_checkpoint.h"
 
@@ -10,35 +16,68 @@ namespace {
 
 class LocalOptimizerState final : public OptimizerState {
  public:
-  LocalOptimizerState(ParameterStore& weights, ParameterStore grads, AdamWOptimizer optimizer,
-                      Backend& backend)
+  LocalOptimizerState(ParameterStore& weights, std::optional<ParameterStore> master,
+                      ParameterStore grads, AdamWOptimizer optimizer, Backend& backend)
       : weights_(weights),
+        master_(std::move(master)),
         grads_(std::move(grads)),
         bound_(BindModelTensors(grads_)),
         optimizer_(std::move(optimizer)),
         backend_(backend) {}
 
   ModelTensors& grads() override { return bound_; }
-  void ZeroGradients() override { grads_.Zero(); }
+  void ZeroGradients() override { ZeroStore(grads_, backend_); }
   absl::Status FinishBackward() override { return absl::OkStatus(); }
   absl::StatusOr<double> GlobalGradNorm() override {
     return AdamWOptimizer::GlobalGradNorm(backend_, grads_);
   }
   absl::Status Update(double lr, int64_t step, float grad_scale) override {
-    optimizer_.Step(weights_, grads_, lr, step, grad_scale);
+    optimizer_.Step(masters(), grads_, lr, step, grad_scale);
+    CastMastersIntoWeights();
     return absl::OkStatus();
   }
   absl::Status Save(const std::string& run_dir, const TrainerState& state,
                     int64_t keep_last) override {
-    return SaveCheckpoint(run_dir, weights_, optimizer_.exp_avg(), optimizer_.exp_avg_sq(), state,
-                          keep_last);
+    CpuAllocator host;
+    ASSIGN_OR_RETURN(const ParameterStore w,
+                     HostCopyOfStore(weights_, backend_, host, "checkpoint weights"));
+    std::optional<ParameterStore> master;
+    if (master_.has_value()) {
+      ASSIGN_OR_RETURN(master, HostCopyOfStore(*master_, backend_, host, "checkpoint masters"));
+    }
+    ASSIGN_OR_RETURN(const ParameterStore m,
+                     HostCopyOfStore(optimizer_.exp_avg(), backend_, host, "checkpoint exp_avg"));
+    ASSIGN_OR_RETURN(const ParameterStore v, HostCopyOfStore(optimizer_.exp_avg_sq(), backend_,
+                                                             host, "checkpoint exp_avg_sq"));
+    return SaveCheckpoint(run_dir, w, master ? &*master : nullptr, m, v, state, keep_last);
   }
   absl::StatusOr<TrainerState> Load(const std::string& dir) override {
-    return LoadCheckpoint(dir, weights_, optimizer_.exp_avg(), optimizer_.exp_avg_sq());
+    CpuAllocator host;
+    ASSIGN_OR_RETURN(ParameterStore w, HostStoreLike(weights_, host, "checkpoint weights"));
+    ASSIGN_OR_RETURN(ParameterStore m, HostStoreLike(weights_, host, "checkpoint exp_avg"));
+    ASSIGN_OR_RETURN(ParameterStore v, HostStoreLike(weights_, host, "checkpoint exp_avg_sq"));
+    ASSIGN_OR_RETURN(TrainerState state, LoadCheckpoint(dir, w, m, v));
+    RETURN_IF_ERROR(CopyStoreInto(w, backend_, masters()));
+    CastMastersIntoWeights();
+    RETURN_IF_ERROR(CopyStoreInto(m, backend_, optimizer_.exp_avg()));
+    RETURN_IF_ERROR(CopyStoreInto(v, backend_, optimizer_.exp_avg_sq()));
+    backend_.Synchronize();  // the host stores are released on return
+    return state;
   }
+  bool separate_master() const override { return master_.has_value(); }
 
  private:
+  ParameterStore& masters() { return master_.has_value() ? *master_ : weights_; }
+  // compute copy <- round(masters), group by group.
+  void CastMastersIntoWeights() {
+    if (!master_.has_value()) return;
+    for (size_t g = 0; g < weights_.groups().size(); ++g) {
+      backend_.Cast(master_->groups()[g].flat, weights_.groups()[g].flat);
+    }
+  }
+
   ParameterStore& weights_;
+  std::optional<ParameterStore> master_;
   ParameterStore grads_;
   ModelTensors bound_;
   AdamWOptimizer optimizer_;
@@ -68,6 +107,7 @@ class Zero2OptimizerState final : public OptimizerState {
     return LoadShardedCheckpoint(dir, weights_, *zero_);
   }
   double comm_wait_seconds() const override { return zero_->comm_wait_seconds(); }
+  bool separate_master() const override { return zero_->separate_master(); }
 
  private:
   ParameterStore& weights_;
@@ -78,23 +118,34 @@ class Zero2OptimizerState final : public OptimizerState {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(ParameterStore& weights,
-                                                                     Backend& backend,
-                                                                     const TrainSpec& train,
-                                                                     Communicator* comm,
-                                                                     Engine& engine) {
-  if (comm != nullptr && comm->world_size() > 1) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Zero2State> zero, Zero2State::Create(weights, *comm, backend));
+absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(
+    const OptimizerStateOptions& options, Backend& backend, const TrainSpec& train,
+    Engine& engine) {
+  CHECK(options.weights != nullptr && options.initial != nullptr);
+  ParameterStore& weights = *options.weights;
+  const bool f32_compute =
+      weights.groups().empty() || weights.groups()[0].flat.dtype() == DType::kF32;
+  if (!f32_compute && !options.separate_master) {
+    return absl::InvalidArgumentError("a bf16 compute copy needs separate fp32 master weights");
+  }
+  if (options.comm != nullptr) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Zero2State> zero,
+                     Zero2State::Create(weights, *options.comm, backend,
+                                        options.separate_master ? options.initial : nullptr));
     engine.set_gradient_sink(zero.get());
     return std::unique_ptr<OptimizerState>(
         new Zero2OptimizerState(weights, std::move(zero), train));
   }
+  std::optional<ParameterStore> master;
+  if (options.separate_master) {
+    ASSIGN_OR_RETURN(master,
+                     CopyStoreToDevice(*options.initial, backend, DType::kF32, "master weights"));
+  }
   ASSIGN_OR_RETURN(ParameterStore grads,
-                   ParameterStore::Create(weights.config(), backend.allocator(), "gradients"));
-  ASSIGN_OR_RETURN(AdamWOptimizer optimizer,
-                   AdamWOptimizer::Create(weights.config(), backend, train));
-  return std::unique_ptr<OptimizerState>(
-      new LocalOptimizerState(weights, std::move(grads), std::move(optimizer), backend));
+                   ZeroStoreOnDevice(weights, backend, DType::kF32, "gradients"));
+  ASSIGN_OR_RETURN(AdamWOptimizer optimizer, AdamWOptimizer::Create(weights, backend, train));
+  return std::unique_ptr<OptimizerState>(new LocalOptimizerState(
+      weights, std::move(master), std::move(grads), std::move(optimizer), backend));
 }
 
 }  // namespace sbp

@@ -1,7 +1,15 @@
 // Where a run's gradients and optimizer state live, behind one interface for
 // the trainer: on a single worker a full gradient store and full AdamW
-// moments; under ZeRO-2 (world_size > 1) the sharded state of Zero2State,
-// whose gradients arrive through the engine's gradient sink.
+// moments; under ZeRO-2 (a communicator) the sharded state of Zero2State,
+// whose gradients arrive through the engine's gradient sink. Everything
+// lives on the backend's device; checkpoints pass through host memory.
+//
+// Mixed precision. The engine reads the compute copy of the weights (bf16
+// or f32). AdamW updates fp32 master weights: the compute copy itself when
+// it is f32, else separate masters (full on one worker, the owned 1/N shard
+// under ZeRO-2), after which the masters are cast into the compute copy (and
+// under ZeRO-2 the compute copy's shards are all-gathered). Gradients are
+// always f32 and accumulate across chunks, micro-batches and sequences.
 #pragma once
 
 #include <memory>
@@ -27,21 +35,35 @@ class OptimizerState {
   // After the step's last backward pass: waits for outstanding communication.
   virtual absl::Status FinishBackward() = 0;
   virtual absl::StatusOr<double> GlobalGradNorm() = 0;
+  // AdamW on the masters, then the compute copy from them.
   virtual absl::Status Update(double lr, int64_t step, float grad_scale) = 0;
   virtual absl::Status Save(const std::string& run_dir, const TrainerState& state,
                             int64_t keep_last) = 0;
+  // Restores masters, moments and the compute copy from a checkpoint.
   virtual absl::StatusOr<TrainerState> Load(const std::string& checkpoint_dir) = 0;
   // Seconds spent waiting on collectives so far (0 on a single worker).
   virtual double comm_wait_seconds() const { return 0; }
+  // True when the fp32 masters are kept apart from the compute copy.
+  virtual bool separate_master() const = 0;
 };
 
-// `weights` outlives the state. With `comm` (world size > 1) the state is
-// ZeRO-2 and installs itself as `engine`'s gradient sink; `weights` must then
-// be padded to a multiple of the world size.
-absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(ParameterStore& weights,
-                                                                     Backend& backend,
-                                                                     const TrainSpec& train,
-                                                                     Communicator* comm,
-                                                                     Engine& engine);
+struct OptimizerStateOptions {
+  // The compute copy the engine reads (on the backend's device, f32 or bf16);
+  // outlives the state. Under ZeRO-2 it must be padded to a multiple of the
+  // world size.
+  ParameterStore* weights = nullptr;
+  // The full-precision starting values (f32, host or device, `weights`'
+  // layout): where separate masters start from. May be `weights` itself when
+  // the masters are not separate.
+  const ParameterStore* initial = nullptr;
+  // Keep separate fp32 masters. Required for a bf16 compute copy; with f32
+  // compute weights it exercises the same bookkeeping (the results are then
+  // bit-identical to shared masters).
+  bool separate_master = false;
+  Communicator* comm = nullptr;  // non-null: ZeRO-2, installed as `engine`'s sink
+};
+
+absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(
+    const OptimizerStateOptions& options, Backend& backend, const TrainSpec& train, Engine& engine);
 
 }  // namespace sbp

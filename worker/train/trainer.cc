@@ -11,9 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/sgemm_peak.h"
+#include "kernels/compute_device.h"
+#include "kernels/matmul_peak.h"
 #include "worker/engine/batch.h"
+#include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/model/model_io.h"
@@ -157,13 +158,11 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   TrainingObserver no_observer;
   if (observer == nullptr) observer = &no_observer;
   RETURN_IF_ERROR(ValidateJobSpecFiles(spec, options.base_dir));
-  if (spec.resources.device != DeviceKind::kCpu) {
+  ASSIGN_OR_RETURN(const Device device, ParseDeviceName(options.device));
+  if (device.kind != spec.resources.device) {
     return absl::FailedPreconditionError(
-        "resources.device: this worker has no CUDA backend; use device: cpu");
-  }
-  if (spec.train.precision != Precision::kFp32) {
-    return absl::InvalidArgumentError(
-        "train.precision: the CPU backend computes in fp32; bf16 needs device: cuda");
+        absl::StrCat("resources.device: the job trains on ", DeviceKindName(spec.resources.device),
+                     " but this worker's device is ", DeviceName(device)));
   }
   const int world_size = static_cast<int>(spec.resources.world_size);
   if (world_size != 1 && !options.connect) {
@@ -172,12 +171,15 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
         "coordinator");
   }
 
-  CpuAllocator allocator;
+  const DType compute_dtype = spec.train.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+  ASSIGN_OR_RETURN(ComputeDevice compute, OpenComputeDevice(options.device, compute_dtype));
+  Allocator& allocator = *compute.allocator;
+  Backend& backend = *compute.backend;
   if (spec.resources.memory_bytes > 0) allocator.set_budget_bytes(spec.resources.memory_bytes);
-  CpuBackend backend(allocator);
+  ASSIGN_OR_RETURN(const double reference_gflops, ReferenceMatmulGflops(backend));
   std::unique_ptr<Communicator> comm;
-  if (world_size > 1) {
-    ASSIGN_OR_RETURN(comm, options.connect(allocator));
+  if (options.connect) {
+    ASSIGN_OR_RETURN(comm, options.connect(backend));
     if (comm->world_size() != world_size) {
       return absl::InvalidArgumentError(absl::StrCat("resources.world_size is ", world_size,
                                                      " but the communicator has ",
@@ -186,25 +188,51 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   }
   const int rank = comm ? comm->rank() : 0;
 
+  // The weights: read in full precision, then the compute copy on the
+  // device. On the CPU with shared masters the loaded store is the compute
+  // copy itself; otherwise it is staged in host memory outside the run's
+  // allocator and dropped once the masters are made from it.
+  const bool separate_master = compute_dtype != DType::kF32 || options.separate_master;
+  const bool load_in_place = backend.device().is_cpu() && !separate_master;
+  CpuAllocator staging;
   const std::string model_dir = ResolveJobPath(options.base_dir, spec.model);
-  ASSIGN_OR_RETURN(ParameterStore weights,
-                   ParameterStore::Load(model_dir, allocator, "weights", world_size));
+  ASSIGN_OR_RETURN(
+      ParameterStore initial,
+      ParameterStore::Load(model_dir, load_in_place ? allocator : staging, "weights", world_size));
+  ParameterStore weights = initial;
+  if (!load_in_place) {
+    ASSIGN_OR_RETURN(weights, CopyStoreToDevice(initial, backend, compute_dtype, "weights"));
+  }
   const ModelConfig config = weights.config();
   ASSIGN_OR_RETURN(Dataset dataset, Dataset::LoadForJob(spec, options.base_dir, config.vocab_size));
   ASSIGN_OR_RETURN(const EngineOptions engine_options,
                    ChooseEngineOptions(spec, config, allocator.budget_bytes()));
   Engine engine(config, backend, engine_options);
+  OptimizerStateOptions state_options;
+  state_options.weights = &weights;
+  state_options.initial = &initial;
+  state_options.separate_master = separate_master;
+  state_options.comm = comm.get();
   ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
-                   CreateOptimizerState(weights, backend, spec.train, comm.get(), engine));
+                   CreateOptimizerState(state_options, backend, spec.train, engine));
+  initial = ParameterStore();  // the staged copy (if any) is no longer needed
 
-  // The reference model of DPO / GRPO (a real second model, frozen).
+  // The reference model of DPO / GRPO (a real second model, frozen), in the
+  // compute dtype on the device.
   std::optional<ParameterStore> reference;
   std::string reference_dir;
   if (spec.objective == Objective::kDpo) reference_dir = spec.dpo.reference;
   if (spec.objective == Objective::kGrpo && spec.grpo.beta > 0) reference_dir = spec.grpo.reference;
   if (!reference_dir.empty()) {
-    ASSIGN_OR_RETURN(reference, LoadStore(ResolveJobPath(options.base_dir, reference_dir), &config,
-                                          allocator, "reference weights"));
+    const std::string dir = ResolveJobPath(options.base_dir, reference_dir);
+    if (backend.device().is_cpu() && compute_dtype == DType::kF32) {
+      ASSIGN_OR_RETURN(reference, LoadStore(dir, &config, allocator, "reference weights"));
+    } else {
+      ASSIGN_OR_RETURN(const ParameterStore host,
+                       LoadStore(dir, &config, staging, "reference weights"));
+      ASSIGN_OR_RETURN(reference,
+                       CopyStoreToDevice(host, backend, compute_dtype, "reference weights"));
+    }
   }
 
   const std::string run_dir = ResolveJobPath(options.base_dir, spec.checkpoint.dir);
@@ -240,7 +268,6 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
                    MakeStepObjective(spec, dataset, engine, w, reference_engine,
                                      ref_tensors ? &*ref_tensors : nullptr, comm.get()));
 
-  const double reference_gflops = cpu::MeasureSgemmGflops(1024, 2);
   observer->OnStart(spec, state.step, allocator.budget_bytes());
   TrainSummary summary;
   summary.first_step = state.step + 1;
@@ -277,6 +304,7 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
     }
     const double lr = LearningRate(spec.train, step);
     RETURN_IF_ERROR(optimizer->Update(lr, step, ClipScale(grad_norm, spec.train.max_grad_norm)));
+    backend.Synchronize();  // the step's device work is part of its time
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
 
     StepReport report;

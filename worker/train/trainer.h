@@ -6,6 +6,13 @@
 // to <run>/metrics.jsonl and checkpoint every `checkpoint.every_steps` steps
 // and at the end. Deterministic: a resumed run continues bit for bit.
 //
+// One loop for every device: the run opens `TrainOptions::device` through
+// OpenComputeDevice, and weights, gradients, optimizer state, the one-layer
+// cache and the engine's buffers all live in that device's allocator; only
+// the backend differs. With train.precision bf16 the engine reads a bf16
+// compute copy of the weights while AdamW updates fp32 masters (see
+// optimizer_state.h).
+//
 // With resources.world_size N > 1 every rank runs this loop with a
 // communicator: rank r takes examples r, r+N, ... of each step's global batch,
 // gradients and optimizer state are sharded (ZeRO-2), the figures of a step
@@ -32,14 +39,14 @@ struct StepReport {
   double loss = 0;
   double lr = 0;
   double grad_norm = 0;
-  int64_t tokens = 0;           // tokens processed in this step
-  int64_t tokens_total = 0;     // since the start of the run (incl. before resume)
+  int64_t tokens = 0;        // tokens processed in this step
+  int64_t tokens_total = 0;  // since the start of the run (incl. before resume)
   double step_seconds = 0;
   double tokens_per_second = 0;
-  double mfu = 0;               // model FLOP rate / the device's reference peak
-  int64_t peak_bytes = 0;       // allocator peak since the run started
+  double mfu = 0;          // model FLOP rate / the device's reference peak
+  int64_t peak_bytes = 0;  // allocator peak since the run started
   int64_t current_bytes = 0;
-  nlohmann::json extra;         // objective figures (DPO accuracy, GRPO KL, ...)
+  nlohmann::json extra;  // objective figures (DPO accuracy, GRPO KL, ...)
   nlohmann::json ToJson() const;
 };
 
@@ -56,16 +63,24 @@ class TrainingObserver {
 
 struct TrainOptions {
   std::string base_dir = ".";  // relative paths in the spec resolve against it
-  bool resume = true;          // continue from the newest checkpoint of the run
-  int64_t stop_after_step = 0; // > 0: stop (with a checkpoint) after this step
-  // For resources.world_size > 1: connects this rank to the others (ZeRO-2).
-  // The allocator is the run's, for the communicator's buffers.
-  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(Allocator&)> connect;
+  // The device this process trains on ("cpu", "cuda:N"); its kind must be
+  // the job's resources.device.
+  std::string device = "cpu";
+  // Keep fp32 master weights apart from f32 compute weights too (always so
+  // for bf16): the mixed-precision bookkeeping, testable on the CPU.
+  bool separate_master = false;
+  bool resume = true;           // continue from the newest checkpoint of the run
+  int64_t stop_after_step = 0;  // > 0: stop (with a checkpoint) after this step
+  // Connects this rank to the others (ZeRO-2; required for world_size > 1,
+  // and a world of one rank runs ZeRO-2 too when given). The backend is the
+  // run's: its device decides the communicator (Gloo or NCCL) and its
+  // allocator holds the communicator's buffers.
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(Backend&)> connect;
 };
 
 struct TrainSummary {
-  int64_t first_step = 0;   // the first step this run executed
-  int64_t last_step = 0;    // the last completed step
+  int64_t first_step = 0;  // the first step this run executed
+  int64_t last_step = 0;   // the last completed step
   double final_loss = 0;
   bool stopped_early = false;
   std::string last_checkpoint;

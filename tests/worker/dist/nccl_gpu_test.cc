@@ -1,16 +1,19 @@
 // NCCL collectives on real GPUs: one rank per device as separate processes
-// (all visible devices, at least one), rendezvous through a directory store,
-// small-integer data so sums are exact; each rank checks every element.
-// Skipped without a CUDA device.
+// (all visible devices, at least one), rendezvous through a directory store;
+// each rank checks the communicator contract (communicator_contract.h) on
+// device memory, as the Gloo test does on host memory. Skipped without a
+// CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/rendezvous/prefix_store.h"
+#include "tests/worker/dist/communicator_contract.h"
 #include "tests/worker/dist/rank_processes.h"
 #include "tests/worker/train/test_util.h"
 #include "worker/dist/nccl_communicator.h"
@@ -18,7 +21,36 @@
 namespace sbp {
 namespace {
 
-float Value(int r, int64_t i) { return static_cast<float>((r + 1) * 100 + i % 251); }
+// Device buffers: NCCL's memory.
+class DeviceMemory final : public dist_testing::ContractMemory {
+ public:
+  ~DeviceMemory() override {
+    for (float* p : buffers_) cudaFree(p);
+  }
+  float* Allocate(int64_t n) override {
+    float* p = nullptr;
+    if (cudaMalloc(&p, static_cast<size_t>(n) * sizeof(float)) != cudaSuccess) std::abort();
+    buffers_.push_back(p);
+    return p;
+  }
+  void Upload(const std::vector<float>& values, float* dst) override {
+    if (cudaMemcpy(dst, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice) !=
+        cudaSuccess) {
+      std::abort();
+    }
+  }
+  std::vector<float> Download(const float* src, int64_t n) override {
+    std::vector<float> out(static_cast<size_t>(n));
+    if (cudaMemcpy(out.data(), src, out.size() * sizeof(float), cudaMemcpyDeviceToHost) !=
+        cudaSuccess) {
+      std::abort();
+    }
+    return out;
+  }
+
+ private:
+  std::vector<float*> buffers_;
+};
 
 int RankBody(const std::string& dir, int rank, int n) {
   gloo::rendezvous::FileStore files(dir);
@@ -33,37 +65,8 @@ int RankBody(const std::string& dir, int rank, int n) {
     std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
     return 1;
   }
-  const int64_t chunk = 4099;
-  std::vector<float> host(chunk * n);
-  for (int64_t i = 0; i < chunk * n; ++i) host[i] = Value(rank, i);
-  float* device = nullptr;
-  if (cudaMalloc(&device, host.size() * sizeof(float)) != cudaSuccess) return 2;
-  cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
-  if (!(*comm)->ReduceScatterSum(device, chunk).ok()) return 3;
-  cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
-  for (int64_t i = 0; i < chunk; ++i) {
-    float expected = 0;
-    for (int r = 0; r < n; ++r) expected += Value(r, rank * chunk + i);
-    if (host[rank * chunk + i] != expected) return 4;
-  }
-  // All-gather: chunk r = Value(r, i).
-  for (int64_t i = 0; i < chunk; ++i) host[rank * chunk + i] = Value(rank, i);
-  cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
-  if (!(*comm)->AllGather(device, chunk).ok()) return 5;
-  cudaMemcpy(host.data(), device, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
-  for (int r = 0; r < n; ++r) {
-    for (int64_t i = 0; i < chunk; ++i) {
-      if (host[r * chunk + i] != Value(r, i)) return 6;
-    }
-  }
-  double sums[2] = {1.0 * rank, 3.0};
-  if (!(*comm)->AllReduce(sums, 2, ReduceOp::kSum).ok()) return 7;
-  if (sums[0] != n * (n - 1) / 2.0 || sums[1] != 3.0 * n) return 8;
-  double most = rank;
-  if (!(*comm)->AllReduce(&most, 1, ReduceOp::kMax).ok() || most != n - 1) return 9;
-  if (!(*comm)->Barrier().ok()) return 10;
-  cudaFree(device);
-  return 0;
+  DeviceMemory memory;
+  return dist_testing::CheckCommunicatorContract(**comm, memory);
 }
 
 // CUDA cannot be used in a child forked after the parent initialised it, so

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/worker/dist/rank_processes.h"
 #include "tests/worker/train/test_util.h"
+#include "worker/dist/connect.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/model/model_io.h"
 #include "worker/model/safetensors.h"
@@ -24,7 +25,6 @@ namespace sbp {
 namespace {
 
 namespace fs = std::filesystem;
-using dist_testing::ConnectThroughDirectory;
 using dist_testing::RunRankProcesses;
 
 struct Case {
@@ -94,8 +94,8 @@ TEST_P(Zero2TrainingTest, RanksReachTheWeightsOfOneWorker) {
   fs::create_directories(rendezvous);
   const std::vector<int> codes = RunRankProcesses(c.world_size, [&](int rank) {
     TrainOptions options;
-    options.connect = [&](Allocator& allocator) {
-      return ConnectThroughDirectory(rendezvous, rank, c.world_size, &allocator);
+    options.connect = [&](Backend& backend) {
+      return ConnectThroughDirectory(rendezvous, backend, {rank, c.world_size});
     };
     auto summary = RunTraining(sharded, options, nullptr);
     if (!summary.ok()) {

@@ -36,7 +36,7 @@ bool LogProbScratch::Forward(Backend& backend, const Tensor& logits, const Tenso
   Tensor lse = lse_.Rows(begin, begin + n);
   backend.LogProbsForward(logits, targets, lp, lse);
   Tensor host = Tensor::Wrap(logprobs + begin, {n}, DType::kF32);
-  backend.Cast(lp, host);
+  backend.Copy(lp, host);  // device (or host) -> host; both f32
   return true;
 }
 
@@ -45,9 +45,9 @@ void LogProbScratch::Backward(Backend& backend, Tensor& logits, const Tensor& ta
   CHECK(allocated_) << "LogProbScratch::Backward before Forward";
   const int64_t n = targets.numel();
   Tensor dlp = dlogprobs_.Rows(begin, begin + n);
-  // Cast reads its source only; the host coefficients are not modified.
+  // Copy reads its source only; the host coefficients are not modified.
   Tensor host = Tensor::Wrap(const_cast<float*>(dlogprobs + begin), {n}, DType::kF32);
-  backend.Cast(host, dlp);
+  backend.Copy(host, dlp);
   backend.LogProbsBackward(logits, targets, lse_.Rows(begin, begin + n), dlp);
 }
 
@@ -123,15 +123,12 @@ absl::StatusOr<double> RunTokenLoss(Engine& engine, const ModelTensors& weights,
         absl::StrCat("sequence has ", n, " input_ids but ", sequence.labels.size(), " labels"));
   }
   CHECK_EQ(loss.tokens(), n) << "TokenLoss built for another sequence length";
-  std::vector<int32_t> ids = sequence.input_ids;
-  std::vector<int32_t> targets = ShiftedTargets(sequence);
-  Tensor ids_t = Tensor::Wrap(ids.data(), {n}, DType::kI32);
-  Tensor targets_t = Tensor::Wrap(targets.data(), {n}, DType::kI32);
+  ASSIGN_OR_RETURN(const SequenceTensors t, SequenceOnDevice(engine.backend(), sequence));
   double value = 0;
   if (grads != nullptr) {
-    ASSIGN_OR_RETURN(value, engine.ForwardBackward(weights, ids_t, targets_t, loss, *grads));
+    ASSIGN_OR_RETURN(value, engine.ForwardBackward(weights, t.ids_t, t.targets_t, loss, *grads));
   } else {
-    ASSIGN_OR_RETURN(value, engine.Forward(weights, ids_t, targets_t, loss));
+    ASSIGN_OR_RETURN(value, engine.Forward(weights, t.ids_t, t.targets_t, loss));
   }
   RETURN_IF_ERROR(loss.status());
   return value;
