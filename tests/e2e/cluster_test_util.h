@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -29,7 +30,6 @@
 #include "tests/testing/free_port.h"
 
 namespace sbp::testing {
-
 
 // GET http://127.0.0.1:port/path over a plain socket (HTTP/1.0); "" when
 // nothing answers.
@@ -179,11 +179,14 @@ class Cluster {
   void KillCoordinator(int signal) { coordinator_->Kill(signal); }
 
   // Starts worker `name` (1 compute thread so that workers share 2 cores);
-  // `extra`: more sbp-worker flags.
+  // `extra`: more sbp-worker flags (2 GiB of memory unless they set --memory).
   Process& StartWorker(const std::string& name, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {BinaryDir() + "/bin/sbp-worker"};
     Append(argv, {"--coordinator", address(), "--token-file", (dir_ / "worker.token").string()});
-    Append(argv, {"--memory", "2GiB", "--work-dir", dir_.string(), "--name", name});
+    if (std::find(extra.begin(), extra.end(), "--memory") == extra.end()) {
+      Append(argv, {"--memory", "2GiB"});
+    }
+    Append(argv, {"--work-dir", dir_.string(), "--name", name});
     Append(argv, extra);
     workers_[name] =
         std::make_unique<Process>(argv, dir_, dir_ / (name + ".log"),
