@@ -16,6 +16,14 @@ Token ids (vocabulary 256): 1 BOS, 2 SEP, 3 EOS, symbols 16..23.
 Standard library only; the output is the same on every run and platform.
 
   python3 scripts/make_example_data.py [--out-dir examples/data] [--seed 1]
+
+With --long TOKENS it writes instead long-sft.jsonl, the long-context data of
+examples/jobs/gpu-sft-32k.yaml (too large to keep in the repository): each
+line is a copy task of TOKENS tokens over a Qwen3-sized vocabulary, a prompt
+of random tokens (BOS first) and, as the completion, the same tokens again,
+so every target needs attention half a sequence back.
+
+  python3 scripts/make_example_data.py --long 32768 [--lines 64]
 """
 
 import argparse
@@ -88,13 +96,36 @@ def dumps(obj):
     return json.dumps(obj, separators=(",", ":"))
 
 
+# Token ids of the long copy task: inside Qwen3's vocabulary (151,936), above
+# its special tokens' range of small ids.
+LONG_FIRST_TOKEN, LONG_NUM_TOKENS = 1000, 100000
+
+
+def write_long_copy_task(path, tokens, lines, seed):
+    half = tokens // 2
+    rng = random.Random(seed)
+    with open(path, "w", encoding="ascii", newline="\n") as f:
+        for _ in range(lines):
+            prompt = [BOS] + [LONG_FIRST_TOKEN + rng.randrange(LONG_NUM_TOKENS)
+                              for _ in range(half - 1)]
+            f.write(dumps({"prompt_ids": prompt, "completion_ids": prompt[:tokens - half]}) + "\n")
+    print(f"wrote {path}: {lines} lines of {tokens} tokens, {os.path.getsize(path)} bytes")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser.add_argument("--out-dir", default=os.path.join(root, "examples", "data"))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--long", type=int, default=0, metavar="TOKENS",
+                        help="write long-sft.jsonl of TOKENS-token copy tasks instead")
+    parser.add_argument("--lines", type=int, default=64, help="lines of long-sft.jsonl")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
+    if args.long:
+        write_long_copy_task(os.path.join(args.out_dir, "long-sft.jsonl"), args.long,
+                             args.lines, args.seed)
+        return
 
     sft, dpo, grpo = [], [], []
     rng = random.Random(args.seed)

@@ -24,12 +24,15 @@
 //   N = 1:  weights w*P, gradients g*P, AdamW moments 2*4*P, fp32 master
 //           weights 4*P when the weights are bf16 (fp32 weights are their own
 //           master).
-//   N > 1 (ZeRO-2): full weights, fp32 gradient shards P/N, master shards
-//           (bf16 only) and moments 2*4*P/N; a one-layer gradient cache of two
-//           layer-sized fp32 buffers (double-buffered), an fp32 buffer of the
-//           final group during the LM head pass, one of the embedding group
-//           during the embedding backward (tied models: from the LM head pass
-//           on), and a receive buffer of ceil(largest group / N) fp32.
+//   N > 1 (ZeRO-2): full weights (all-gathered in place in their own dtype
+//           after each step: bf16 weights move as bf16, never as fp32), fp32
+//           gradient shards P/N, master shards (bf16 only) and moments
+//           2*4*P/N; a one-layer gradient cache of two layer-sized fp32
+//           buffers (double-buffered), an fp32 buffer of the final group
+//           during the LM head pass, one of the embedding group during the
+//           embedding backward (tied models: from the LM head pass on), and on
+//           the CPU Gloo's receive buffer of ceil(largest group / N) fp32
+//           (NCCL reduces in place).
 // `optimizer_state = false` (backprop only, the StreamBP paper's setup)
 // leaves out the moments and master weights.
 //

@@ -137,7 +137,11 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
   };
   const std::string params = absl::StrCat(P, " parameters");
   groups("weights", 1, 1, s.weight_bytes);
-  ledger.SetDetail("weights", absl::StrCat(params, ", ", DTypeLabel(s.weight_bytes)));
+  ledger.SetDetail("weights",
+                   absl::StrCat(params, ", ", DTypeLabel(s.weight_bytes),
+                                s.N > 1 ? absl::StrCat(", all-gathered in place as ",
+                                                       DTypeLabel(s.weight_bytes), " after a step")
+                                        : std::string()));
   const bool bf16 = s.weight_bytes == 2;
   if (s.N == 1) {
     groups("gradients", 1, 1, s.gradient_bytes);
@@ -158,9 +162,13 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
   if (s.N > 1) {
     ledger.Add("gradient_cache", 2, s.layer_group, kF32);
     ledger.SetDetail("gradient_cache", absl::StrCat("2 x [", s.layer_group, "] f32 (one layer)"));
-    const int64_t largest = std::max({s.embed_group, s.layer_group, s.final_group});
-    ledger.Add("comm_buffer", 1, largest / s.N, kF32);
-    ledger.SetDetail("comm_buffer", absl::StrCat("[", largest / s.N, "] f32 (receive)"));
+    if (!s.cuda) {
+      // Gloo's ring receives one chunk at a time from the allocator; NCCL
+      // reduces in place within its own buffers (nccl_buffers).
+      const int64_t largest = std::max({s.embed_group, s.layer_group, s.final_group});
+      ledger.Add("comm_buffer", 1, largest / s.N, kF32);
+      ledger.SetDetail("comm_buffer", absl::StrCat("[", largest / s.N, "] f32 (Gloo receive)"));
+    }
   }
   if (s.reference) {
     ledger.Add("reference_weights", 1, GroupElements(s.embed_numel, 1), s.weight_bytes);

@@ -10,7 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/worker/train/test_util.h"
+#include "worker/engine/planner.h"
+#include "worker/model/model_config.h"
 #include "worker/train/dataset.h"
+#include "worker/train/job_plan.h"
 #include "worker/train/job_spec.h"
 
 namespace sbp {
@@ -52,6 +55,28 @@ TEST_P(ExampleJobTest, ParsesAndLoads) {
 
 INSTANTIATE_TEST_SUITE_P(Examples, ExampleJobTest,
                          ::testing::Values("tiny-sft", "tiny-dpo", "tiny-grpo"));
+
+// The GPU example (its model and data are generated, not committed): a
+// bf16 stream-mode job on one CUDA worker that the planner fits, with its
+// automatic chunk sizes, on an 80 GB card.
+TEST(ExampleGpuJobTest, IsABf16StreamJobThatFitsOneGpu) {
+  const std::string path =
+      absl::StrCat(train_testing::SourceDir(), "/examples/jobs/gpu-sft-32k.yaml");
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(ReadText(path), path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->resources.device, DeviceKind::kCuda);
+  EXPECT_EQ(spec->train.precision, Precision::kBf16);
+  EXPECT_EQ(spec->seq_len, 32768);
+  EXPECT_EQ(spec->streambp.mode, BackwardMode::kStream);
+  absl::StatusOr<ModelConfig> config = PresetConfig("qwen3-0.6b");
+  ASSERT_TRUE(config.ok());
+  const int64_t gpu = int64_t{80} << 30;
+  absl::StatusOr<MemoryPlan> plan = PlanAutoChunks(PlanRequestForSpec(*spec, *config), gpu,
+                                                   DefaultSafetyMargin(DeviceKind::kCuda));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_LT(plan->peak_bytes, gpu);
+  EXPECT_GT(plan->Term("master_weights"), 0);  // bf16 compute, fp32 masters
+}
 
 TEST(ExampleDataTest, SftIsTheReverseTask) {
   absl::StatusOr<std::vector<TokenSequence>> sft =
