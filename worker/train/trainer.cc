@@ -188,21 +188,16 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   }
   const int rank = comm ? comm->rank() : 0;
 
-  // The weights: read in full precision, then the compute copy on the
-  // device. On the CPU with shared masters the loaded store is the compute
-  // copy itself; otherwise it is staged in host memory outside the run's
-  // allocator and dropped once the masters are made from it.
+  // The weights: read in full precision into host memory outside the run's
+  // allocator, then the compute copy on the device; the host copy is where
+  // separate masters start from, and is dropped once they exist.
   const bool separate_master = compute_dtype != DType::kF32 || options.separate_master;
-  const bool load_in_place = backend.device().is_cpu() && !separate_master;
   CpuAllocator staging;
-  const std::string model_dir = ResolveJobPath(options.base_dir, spec.model);
-  ASSIGN_OR_RETURN(
-      ParameterStore initial,
-      ParameterStore::Load(model_dir, load_in_place ? allocator : staging, "weights", world_size));
-  ParameterStore weights = initial;
-  if (!load_in_place) {
-    ASSIGN_OR_RETURN(weights, CopyStoreToDevice(initial, backend, compute_dtype, "weights"));
-  }
+  ASSIGN_OR_RETURN(ParameterStore initial,
+                   ParameterStore::Load(ResolveJobPath(options.base_dir, spec.model), staging,
+                                        "weights", world_size));
+  ASSIGN_OR_RETURN(ParameterStore weights,
+                   CopyStoreToDevice(initial, backend, compute_dtype, "weights"));
   const ModelConfig config = weights.config();
   ASSIGN_OR_RETURN(Dataset dataset, Dataset::LoadForJob(spec, options.base_dir, config.vocab_size));
   ASSIGN_OR_RETURN(const EngineOptions engine_options,
@@ -215,7 +210,7 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   state_options.comm = comm.get();
   ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                    CreateOptimizerState(state_options, backend, spec.train, engine));
-  initial = ParameterStore();  // the staged copy (if any) is no longer needed
+  initial = ParameterStore();  // the host copy is no longer needed
 
   // The reference model of DPO / GRPO (a real second model, frozen), in the
   // compute dtype on the device.
@@ -224,15 +219,11 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   if (spec.objective == Objective::kDpo) reference_dir = spec.dpo.reference;
   if (spec.objective == Objective::kGrpo && spec.grpo.beta > 0) reference_dir = spec.grpo.reference;
   if (!reference_dir.empty()) {
-    const std::string dir = ResolveJobPath(options.base_dir, reference_dir);
-    if (backend.device().is_cpu() && compute_dtype == DType::kF32) {
-      ASSIGN_OR_RETURN(reference, LoadStore(dir, &config, allocator, "reference weights"));
-    } else {
-      ASSIGN_OR_RETURN(const ParameterStore host,
-                       LoadStore(dir, &config, staging, "reference weights"));
-      ASSIGN_OR_RETURN(reference,
-                       CopyStoreToDevice(host, backend, compute_dtype, "reference weights"));
-    }
+    ASSIGN_OR_RETURN(const ParameterStore host,
+                     LoadStore(ResolveJobPath(options.base_dir, reference_dir), &config, staging,
+                               "reference weights"));
+    ASSIGN_OR_RETURN(reference,
+                     CopyStoreToDevice(host, backend, compute_dtype, "reference weights"));
   }
 
   const std::string run_dir = ResolveJobPath(options.base_dir, spec.checkpoint.dir);
