@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/openblas_core.h"
 #include "kernels/allocator.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
@@ -319,4 +320,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace sbp
 
-int main(int argc, char** argv) { return sbp::Main(argc, argv); }
+int main(int argc, char** argv) {
+  sbp::cpu::PrepareOpenBlas(argv);
+  return sbp::Main(argc, argv);
+}

@@ -167,6 +167,6 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
-  sbp::cpu::EnsureFastOpenBlasCore(argv);
+  sbp::cpu::PrepareOpenBlas(argv);
   return sbp::Main(argc, argv);
 }

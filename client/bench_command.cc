@@ -10,6 +10,7 @@
 #include "client/cli_common.h"
 #include "client/device_setup.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/sgemm_peak.h"
 #include "kernels/matmul_peak.h"
 #include "kernels/random.h"
@@ -132,10 +133,15 @@ absl::Status RunBench(const BenchOptions& o) {
                    {"peak_gflops", peak_gflops},
                    {"mfu", gflops / peak_gflops}});
       if (!gpu) {
+        const cpu::BlasInfo blas = cpu::CurrentBlasInfo();
         line.update({{"sgemm_gflops", peak_gflops},
                      {"mfu_vs_sgemm", gflops / peak_gflops},
                      {"rss_untracked_bytes", untracked_rss},
-                     {"rss_tracked_peak_bytes", PeakRssBytes() - untracked_rss}});
+                     {"rss_tracked_peak_bytes", PeakRssBytes() - untracked_rss},
+                     {"blas_library", blas.library_path},
+                     {"blas_variant", std::string(cpu::BlasThreadingName(blas.threading))},
+                     {"blas_core", blas.core_name},
+                     {"blas_threads", blas.num_threads}});
       }
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);

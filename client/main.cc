@@ -15,6 +15,7 @@
 #include "client/run_command.h"
 #include "client/train_command.h"
 #include "common/version.h"
+#include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/device_info.h"
 
@@ -22,10 +23,11 @@ int main(int argc, char** argv) {
   // A peer that goes away mid-write (a collective of `sbp run`'s workers, a
   // closed pipe) must surface as an error, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
-  sbp::cpu::EnsureFastOpenBlasCore(argv);
+  sbp::cpu::PrepareOpenBlas(argv);
   CLI::App app{"sbp: exact long-sequence training with StreamBP"};
   app.set_version_flag("--version", [] {
-    return std::string("sbp ") + sbp::kVersion + "\n" + sbp::CudaSupportSummary();
+    return std::string("sbp ") + sbp::kVersion + "\n" + sbp::CudaSupportSummary() +
+           "\nblas: " + sbp::cpu::BlasSummary();
   });
   // Global flags may come before or after the verb (`sbp --coordinator X list`
   // or `sbp list --coordinator X`).

@@ -26,6 +26,7 @@
 #include "common/byte_size.h"
 #include "common/version.h"
 #include "kernels/compute_device.h"
+#include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/device_info.h"
 #include "worker/agent/system_info.h"
@@ -58,25 +59,20 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
-// "cpu" or "cuda:N" -> the device kind; errors name the flag.
-absl::StatusOr<DeviceKind> ParseDevice(const std::string& text) {
-  if (text == "cpu") return DeviceKind::kCpu;
-  absl::string_view rest = text;
-  int index = 0;
-  if (!absl::ConsumePrefix(&rest, "cuda") ||
-      !(rest.empty() ||
-        (absl::ConsumePrefix(&rest, ":") && absl::SimpleAtoi(rest, &index) && index >= 0))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: expected cpu or cuda:N (got ", text, ")"));
-  }
+// "cpu", "cuda" or "cuda:N" (ParseDeviceName), a device this build and
+// machine have; errors name the flag.
+absl::StatusOr<Device> ParseDeviceFlag(const std::string& text) {
+  absl::StatusOr<Device> device = ParseDeviceName(text);
+  if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message()));
+  if (device->is_cpu()) return device;
   if (!kCudaCompiled) {
     return absl::InvalidArgumentError("--device: this build has no CUDA backend; use --device cpu");
   }
-  if (index >= CudaDeviceCount()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device: no CUDA device ", index, " (", CudaDeviceCount(), " visible)"));
+  if (device->index >= CudaDeviceCount()) {
+    return absl::InvalidArgumentError(absl::StrCat("--device: no CUDA device ", device->index, " (",
+                                                   CudaDeviceCount(), " visible)"));
   }
-  return DeviceKind::kCuda;
+  return device;
 }
 
 absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
@@ -97,14 +93,12 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
   }
   options.collective_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.collective_timeout_seconds * 1000));
-  auto device = ParseDevice(flags.device);
+  auto device = ParseDeviceFlag(flags.device);
   if (!device.ok()) return device.status();
   options.device = *device;
-  if (flags.memory.empty() && options.device == DeviceKind::kCuda) {
+  if (flags.memory.empty() && !options.device.is_cpu()) {
     // A GPU worker advertises the device's memory, which its allocator tracks.
-    auto cuda_device = ParseDeviceName(flags.device);
-    if (!cuda_device.ok()) return cuda_device.status();
-    auto bytes = DeviceMemoryBytes(*cuda_device);
+    auto bytes = DeviceMemoryBytes(options.device);
     if (!bytes.ok()) return bytes.status();
     options.memory_bytes = *bytes;
   } else if (flags.memory.empty()) {
@@ -198,6 +192,7 @@ int Main(int argc, char** argv) {
       stderr, "sbp-worker %s: %s, %s, coordinator %s%s%s\n", kVersion, options->name.c_str(),
       FormatByteSize(options->memory_bytes).c_str(), options->coordinator.c_str(),
       (*agent)->metrics_address().empty() ? "" : ", metrics ", (*agent)->metrics_address().c_str());
+  std::fprintf(stderr, "sbp-worker: blas %s\n", cpu::BlasSummary().c_str());
   const absl::Status status = (*agent)->Run();
   if (!status.ok()) return Fail(kExitFailed, std::string(status.message()));
   return kExitOk;
@@ -207,6 +202,6 @@ int Main(int argc, char** argv) {
 }  // namespace sbp
 
 int main(int argc, char** argv) {
-  sbp::cpu::EnsureFastOpenBlasCore(argv);
+  sbp::cpu::PrepareOpenBlas(argv);
   return sbp::Main(argc, argv);
 }

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/blas_info.h"
+
 extern "C" char* openblas_get_corename(void);
 
 namespace sbp::cpu {
@@ -41,6 +43,11 @@ void EnsureFastOpenBlasCore(char** argv) {
   setenv("OPENBLAS_CORETYPE", target, 1);
   execv("/proc/self/exe", argv);
   // The exec failed: carry on with the kernels we have.
+}
+
+void PrepareOpenBlas(char** argv) {
+  EnsureFastOpenBlasCore(argv);
+  RequireOpenMpBlas();
 }
 
 }  // namespace sbp::cpu

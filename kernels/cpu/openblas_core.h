@@ -18,4 +18,10 @@ std::string OpenBlasCoreName();
 // Returns only when no switch is needed (or the re-exec failed).
 void EnsureFastOpenBlasCore(char** argv);
 
+// What a binary that runs kernels calls first thing in main():
+// EnsureFastOpenBlasCore, then RequireOpenMpBlas (kernels/cpu/blas_info.h),
+// which exits unless the OpenBLAS loaded is the OpenMP build. The check comes
+// after the re-exec so that it runs, and warns, once.
+void PrepareOpenBlas(char** argv);
+
 }  // namespace sbp::cpu
