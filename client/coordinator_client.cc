@@ -75,7 +75,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::Get(const std::string& id) {
 }
 
 absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::List(
-    const std::vector<v1::JobState>& states, int limit) {
+    const std::vector<v1::JobState>& states, int limit, bool with_spec, const std::string& user) {
   v1::ListJobsResponse all;
   std::string token;
   do {
@@ -84,6 +84,8 @@ absl::StatusOr<v1::ListJobsResponse> CoordinatorClient::List(
     const int left = limit > 0 ? limit - all.jobs_size() : 100;
     request.set_page_size(std::min(left, 100));
     request.set_page_token(token);
+    request.set_with_spec(with_spec);
+    request.set_user(user);
     ASSIGN_OR_RETURN(v1::ListJobsResponse page,
                      Unary<v1::ListJobsResponse>(&v1::JobService::Stub::List, request));
     for (v1::Job& job : *page.mutable_jobs()) *all.add_jobs() = std::move(job);
@@ -107,6 +109,10 @@ absl::StatusOr<v1::JobEventsResponse> CoordinatorClient::Events(const std::strin
   request.set_id(id);
   request.set_after_sequence(after_sequence);
   return Unary<v1::JobEventsResponse>(&v1::JobService::Stub::Events, request);
+}
+
+absl::StatusOr<v1::WhoAmIResponse> CoordinatorClient::WhoAmI() {
+  return Unary<v1::WhoAmIResponse>(&v1::JobService::Stub::WhoAmI, v1::WhoAmIRequest());
 }
 
 absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkers() {

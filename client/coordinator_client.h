@@ -35,12 +35,15 @@ class CoordinatorClient {
                                                          const std::string& request_id);
   absl::StatusOr<streambp::v1::Job> Get(const std::string& id);
   // Every page up to `limit` jobs (0: all).
+  // `user`: an admin's filter by owner ("" = every job the caller may see).
   absl::StatusOr<streambp::v1::ListJobsResponse> List(
-      const std::vector<streambp::v1::JobState>& states, int limit);
+      const std::vector<streambp::v1::JobState>& states, int limit, bool with_spec = false,
+      const std::string& user = "");
   absl::StatusOr<streambp::v1::Job> Cancel(const std::string& id, const std::string& reason);
   absl::StatusOr<streambp::v1::JobEventsResponse> Events(const std::string& id,
                                                          int64_t after_sequence);
   absl::StatusOr<streambp::v1::ListWorkersResponse> ListWorkers();
+  absl::StatusOr<streambp::v1::WhoAmIResponse> WhoAmI();
   // Streams the job: `on_update` gets the snapshot and every change until the
   // job is terminal (OK), `on_update` returns false (OK) or the stream fails.
   absl::Status Watch(const std::string& id,

@@ -5,10 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/cli_common.h"
 #include "client/job_output.h"
 #include "client/job_watch.h"
 #include "worker/model/file_util.h"
+#include "worker/train/job_spec.h"
 
 namespace sbp::cli {
 namespace {
@@ -23,7 +25,9 @@ struct JobArgs {
   std::string reason;
   std::vector<std::string> states;
   int limit = 100;
+  bool with_spec = false;
   bool watch = false;
+  std::string user;  // list: an admin's filter by owner
 };
 
 bool Json(const JobArgs& args) { return args.output == "json"; }
@@ -40,7 +44,7 @@ std::unique_ptr<CoordinatorClient> ConnectOrReport(const GlobalOptions& global,
 }
 
 int Submit(const GlobalOptions& global, const JobArgs& args) {
-  absl::StatusOr<std::string> spec = ReadFileToString(args.spec_path);
+  absl::StatusOr<std::string> spec = ReadJobSpecFile(args.spec_path);
   if (!spec.ok()) return ReportError("submit", spec.status());
   int code = kExitOk;
   auto client = ConnectOrReport(global, "submit", &code);
@@ -72,9 +76,15 @@ int List(const GlobalOptions& global, const JobArgs& args) {
   int code = kExitOk;
   auto client = ConnectOrReport(global, "list", &code);
   if (!client) return code;
-  absl::StatusOr<v1::ListJobsResponse> jobs = client->List(states, args.limit);
+  absl::StatusOr<v1::ListJobsResponse> jobs =
+      client->List(states, args.limit, args.with_spec, args.user);
   if (!jobs.ok()) return ReportRpcError("list", jobs.status());
-  std::printf("%s", Json(args) ? ToJson(*jobs, false).c_str() : JobsTable(*jobs).c_str());
+  if (Json(args)) {
+    std::printf("%s", ToJson(*jobs, false).c_str());
+  } else {
+    std::printf("%s", JobsTable(*jobs).c_str());
+    if (args.with_spec) std::printf("%s", JobSpecs(*jobs).c_str());
+  }
   return kExitOk;
 }
 
@@ -121,6 +131,25 @@ int Events(const GlobalOptions& global, const JobArgs& args) {
   return kExitOk;
 }
 
+int WhoAmI(const GlobalOptions& global, const JobArgs& args) {
+  int code = kExitOk;
+  auto client = ConnectOrReport(global, "whoami", &code);
+  if (!client) return code;
+  absl::StatusOr<v1::WhoAmIResponse> me = client->WhoAmI();
+  if (!me.ok()) return ReportRpcError("whoami", me.status());
+  if (Json(args)) {
+    std::printf("%s", ToJson(*me, false).c_str());
+    return kExitOk;
+  }
+  auto limit = [](int64_t n) { return n > 0 ? std::to_string(n) : std::string("no limit"); };
+  const std::string priority =
+      me->has_max_priority() ? absl::StrCat("at most ", me->max_priority()) : "no limit";
+  std::printf("%s (%s)\n  running workers: %s\n  pending jobs: %s\n  priority: %s\n",
+              me->name().c_str(), me->role().c_str(), limit(me->max_running_workers()).c_str(),
+              limit(me->max_pending_jobs()).c_str(), priority.c_str());
+  return kExitOk;
+}
+
 int Workers(const GlobalOptions& global, const JobArgs& args) {
   int code = kExitOk;
   auto client = ConnectOrReport(global, "workers", &code);
@@ -156,6 +185,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions* global, int* exit_code) 
   CLI::App* list = app.add_subcommand("list", "list jobs, newest first");
   list->add_option("--state", args->states, "only jobs in this state (repeatable)");
   list->add_option("--limit", args->limit, "at most this many jobs; 0: all")->capture_default_str();
+  list->add_option("--user", args->user, "an admin's filter: only this user's jobs");
+  list->add_flag("--with-spec", args->with_spec,
+                 "also fetch each job's spec (printed after the table; spec_yaml in JSON)");
   AddOutputFlag(list, args.get());
   list->callback(bind(List));
 
@@ -186,6 +218,10 @@ void AddJobCommands(CLI::App& app, const GlobalOptions* global, int* exit_code) 
   CLI::App* workers = app.add_subcommand("workers", "list the coordinator's workers");
   AddOutputFlag(workers, args.get());
   workers->callback(bind(Workers));
+
+  CLI::App* whoami = app.add_subcommand("whoami", "show the identity the coordinator sees");
+  AddOutputFlag(whoami, args.get());
+  whoami->callback(bind(WhoAmI));
 }
 
 }  // namespace sbp::cli

@@ -94,6 +94,15 @@ std::string JobsTable(const v1::ListJobsResponse& jobs) {
   return table.Render();
 }
 
+std::string JobSpecs(const v1::ListJobsResponse& jobs) {
+  std::string out;
+  for (const v1::Job& job : jobs.jobs()) {
+    absl::StrAppend(&out, "\n# ", job.id(), " (", job.name(), ")\n", job.spec_yaml());
+    if (!job.spec_yaml().empty() && job.spec_yaml().back() != '\n') out += '\n';
+  }
+  return out;
+}
+
 std::string WorkersTable(const v1::ListWorkersResponse& workers) {
   Table table({"ID", "NAME", "DEVICE", "MEMORY", "STATE", "JOB", "PEAK", "HEARTBEAT", "VERSION"});
   for (const v1::Worker& w : workers.workers()) {

@@ -26,6 +26,8 @@ std::string ToJson(const google::protobuf::Message& message, bool pretty);
 std::string Age(const google::protobuf::Timestamp& time);
 
 std::string JobsTable(const streambp::v1::ListJobsResponse& jobs);
+// Each job's spec under a "# ID (NAME)" line, for `sbp list --with-spec`.
+std::string JobSpecs(const streambp::v1::ListJobsResponse& jobs);
 std::string WorkersTable(const streambp::v1::ListWorkersResponse& workers);
 std::string JobDetails(const streambp::v1::Job& job);
 std::string EventsTable(const streambp::v1::JobEventsResponse& events);

@@ -187,7 +187,7 @@ int RunJob(const RunArgs& args) {
   if (args.workers < 1) {
     return ReportError("run", absl::InvalidArgumentError("--workers: must be at least 1"));
   }
-  absl::StatusOr<std::string> spec = ReadFileToString(args.spec_path);
+  absl::StatusOr<std::string> spec = ReadJobSpecFile(args.spec_path);
   if (!spec.ok()) return ReportError("run", spec.status());
   std::string device = args.device;
   if (device.empty()) {

@@ -35,12 +35,14 @@ class CliObserver final : public TrainingObserver {
  public:
   explicit CliObserver(int64_t every) : printer_(stderr, isatty(STDERR_FILENO) != 0, every) {}
 
-  void OnStart(const JobSpec& spec, int64_t resumed_step, int64_t) override {
+  void OnStart(const JobSpec& spec, const RunStart& start) override {
+    const int64_t resumed_step = start.resumed_step;
     start_ = std::chrono::steady_clock::now();
     first_step_ = resumed_step;
     if (resumed_step > 0) {
-      std::fprintf(stderr, "resuming %s at step %lld\n", spec.name.c_str(),
-                   static_cast<long long>(resumed_step));
+      std::fprintf(stderr, "resuming %s at step %lld%s%s\n", spec.name.c_str(),
+                   static_cast<long long>(resumed_step), start.resumed_from.empty() ? "" : " from ",
+                   start.resumed_from.c_str());
     }
   }
   void OnStep(const StepReport& r) override {
@@ -64,7 +66,7 @@ class CliObserver final : public TrainingObserver {
 };
 
 int RunTrain(const TrainArgs& args) {
-  auto text = ReadFileToString(args.spec_path);
+  auto text = ReadJobSpecFile(args.spec_path);
   if (!text.ok()) return ReportError("train", text.status());
   auto spec = ParseJobSpec(*text, args.spec_path);
   if (!spec.ok()) return ReportError("train", spec.status());

@@ -44,10 +44,8 @@ target_link_options(sbp_openblas INTERFACE
                     "LINKER:--enable-new-dtags"
                     "LINKER:-rpath,${SBP_OPENBLAS_OPENMP_DIR}")
 
-# Coordinator: SQLite state store, Prometheus metrics, gRPC server reflection
-# (Debian ships libgrpc++_reflection without a pkg-config file).
+# Coordinator: SQLite state store, Prometheus metrics. (Server reflection is
+# the coordinator's own callback service, server/reflection_service.cc: never
+# link libgrpc++_reflection beside it, both register the same descriptors.)
 find_package(SQLite3 REQUIRED)
 find_package(prometheus-cpp REQUIRED)
-find_library(SBP_GRPCPP_REFLECTION_LIB NAMES grpc++_reflection REQUIRED)
-add_library(sbp_grpcpp_reflection INTERFACE)
-target_link_libraries(sbp_grpcpp_reflection INTERFACE ${SBP_GRPCPP_REFLECTION_LIB})

@@ -8,6 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "server/job_manager.h"
 #include "server/records.h"
@@ -17,8 +19,9 @@ namespace {
 
 struct ConfigSource {
   std::optional<ModelConfig> config;
-  std::string where;    // "examples/models/m/config.json" or "preset qwen3-8b"
-  std::string problem;  // why there is no config
+  std::string where;       // "examples/models/m/config.json" or "preset qwen3-8b"
+  std::string problem;     // why there is no config
+  absl::Status bad_input;  // the config.json exists but is hostile or malformed
 };
 
 // config.json of the spec's model directory, else a preset of that name.
@@ -37,6 +40,9 @@ ConfigSource FindModelConfig(const std::string& model, const std::string& work_d
     problem = std::string(config.status().message());
     if (config.status().code() != absl::StatusCode::kNotFound) {
       out.problem = problem;  // a broken config.json is not replaced by a preset
+      if (config.status().code() == absl::StatusCode::kInvalidArgument) {
+        out.bad_input = absl::InvalidArgumentError(absl::StrCat("model: ", problem));
+      }
       return out;
     }
   } else {
@@ -60,6 +66,38 @@ int64_t RequiredMemory(int64_t peak, double margin) {
   return memory;
 }
 
+// The planner work that explaining one refusal may take. CheckAdmission runs
+// under the job manager's lock, which heartbeats also need, so the search for
+// suggestions is bounded twice: by its shape (world sizes are bisected, not
+// tried one by one up to kMaxWorldSize; at most about 600 units in all) and
+// by an allowance: each candidate plan costs one unit, a seq_len search
+// (about 45 candidate plans) kSeqLenSearchCost, and the wall clock is capped.
+// When the allowance is spent the message says so and lists what was found
+// until then.
+constexpr int kPlanBudget = 1000;
+constexpr int kSeqLenSearchCost = 48;
+constexpr absl::Duration kPlanTimeBudget = absl::Milliseconds(250);
+
+class PlanBudget {
+ public:
+  PlanBudget() : deadline_(absl::Now() + kPlanTimeBudget) {}
+  // False (and exhausted from then on) when `units` more would exceed it.
+  bool Spend(int units) {
+    if (exhausted_ || used_ + units > kPlanBudget || absl::Now() > deadline_) {
+      exhausted_ = true;
+      return false;
+    }
+    used_ += units;
+    return true;
+  }
+  bool exhausted() const { return exhausted_; }
+
+ private:
+  absl::Time deadline_;
+  int used_ = 0;
+  bool exhausted_ = false;
+};
+
 std::string Percent(double fraction) { return absl::StrCat(std::round(fraction * 100), "%"); }
 
 // "stream mode at seq_len 8192 with chunk_tokens 64 and logits_chunk_tokens 64".
@@ -82,12 +120,23 @@ std::string Need(const AdmissionPlan& plan) {
                       " safety margin");
 }
 
-// What would fit a worker of `memory` bytes, in the spec's terms.
-std::vector<std::string> Suggestions(const AdmissionPlan& plan, int64_t memory) {
+// What would fit a worker of `memory` bytes, in the spec's terms, as far as
+// `budget` allows.
+std::vector<std::string> Suggestions(const AdmissionPlan& plan, int64_t memory,
+                                     PlanBudget& budget) {
   std::vector<std::string> out;
   const double margin = plan.safety_margin;
   const PlanRequest& r = plan.request;
-  auto fits = [&](const PlanRequest& trial) { return PlanAutoChunks(trial, memory, margin); };
+  auto fits = [&](const PlanRequest& trial) -> absl::StatusOr<MemoryPlan> {
+    if (!budget.Spend(1)) return absl::DeadlineExceededError("planner budget spent");
+    return PlanAutoChunks(trial, memory, margin);
+  };
+  auto longest = [&](const PlanRequest& trial) -> absl::StatusOr<int64_t> {
+    if (!budget.Spend(kSeqLenSearchCost)) {
+      return absl::DeadlineExceededError("planner budget spent");
+    }
+    return MaxSequenceLength(trial, memory, margin);
+  };
   PlanRequest stream = r;
   stream.mode = BackwardMode::kStream;
   stream.chunk_tokens = stream.logits_chunk_tokens = 0;
@@ -103,35 +152,46 @@ std::vector<std::string> Suggestions(const AdmissionPlan& plan, int64_t memory) 
   }
   for (const PlanRequest* base : std::vector<const PlanRequest*>{&r, &stream}) {
     if (base == &stream && r.mode == BackwardMode::kStream) break;
+    // The fewest workers that fit: ZeRO-2's per-worker share falls as the
+    // world grows, so probe doubling steps, then bisect the last one.
     PlanRequest more = *base;
-    bool found = false;
-    for (int64_t n = r.world_size + 1; n <= kMaxWorldSize && !found; ++n) {
+    int64_t fail = r.world_size, found = 0;
+    for (int64_t step = 1; !found && fail < kMaxWorldSize; step *= 2) {
+      const int64_t n = std::min<int64_t>(r.world_size + step, kMaxWorldSize);
       more.world_size = n;
-      found = fits(more).ok();
+      if (fits(more).ok()) {
+        found = n;
+      } else {
+        fail = n;
+      }
+      if (budget.exhausted()) break;
     }
-    if (found) {
-      out.push_back(absl::StrCat("more workers: resources.world_size: ", more.world_size,
+    while (found > 0 && found - fail > 1 && !budget.exhausted()) {
+      more.world_size = fail + (found - fail) / 2;
+      (fits(more).ok() ? found : fail) = more.world_size;
+    }
+    if (found > 0) {
+      out.push_back(absl::StrCat("more workers: resources.world_size: ", found,
                                  base == &stream ? " with streambp.mode: stream" : "",
                                  " (ZeRO-2 shards gradients and optimizer state)"));
       break;
     }
   }
   const bool more_workers_fit = !out.empty() && absl::StartsWith(out.back(), "more workers");
-  if (absl::StatusOr<int64_t> longest = MaxSequenceLength(r, memory, margin);
-      longest.ok() && *longest > 0) {
-    out.push_back(absl::StrCat("a shorter seq_len: at most ", *longest, " tokens in ",
+  if (absl::StatusOr<int64_t> max_len = longest(r); max_len.ok() && *max_len > 0) {
+    out.push_back(absl::StrCat("a shorter seq_len: at most ", *max_len, " tokens in ",
                                BackwardModeName(r.mode), " mode"));
   } else if (!more_workers_fit) {
     // Neither alone: the fewest workers (powers of two) whose shards leave
     // room for some sequence in stream mode, and how long it may be.
-    for (int64_t n = 2; n <= kMaxWorldSize; n *= 2) {
+    for (int64_t n = 2; n <= kMaxWorldSize && !budget.exhausted(); n *= 2) {
       if (n <= r.world_size) continue;
       PlanRequest sharded = stream;
       sharded.world_size = n;
-      absl::StatusOr<int64_t> longest = MaxSequenceLength(sharded, memory, margin);
-      if (!longest.ok() || *longest == 0) continue;
+      absl::StatusOr<int64_t> sharded_len = longest(sharded);
+      if (!sharded_len.ok() || *sharded_len == 0) continue;
       out.push_back(absl::StrCat("more workers and a shorter sequence: resources.world_size: ", n,
-                                 " with seq_len at most ", *longest,
+                                 " with seq_len at most ", *sharded_len,
                                  " tokens in stream mode (ZeRO-2 shards gradients and "
                                  "optimizer state)"));
       break;
@@ -146,6 +206,7 @@ AdmissionPlan PlanAdmission(const JobSpec& spec, const std::string& work_dir) {
   AdmissionPlan out;
   out.required_memory_bytes = spec.resources.memory_bytes;
   const ConfigSource source = FindModelConfig(spec.model, work_dir);
+  out.bad_input = source.bad_input;
   if (!source.config.has_value()) {
     out.note = absl::StrCat("memory not planned: ", source.problem,
                             "; admitted without a planned memory requirement");
@@ -195,8 +256,15 @@ absl::Status CheckAdmission(const JobSpec& spec, const AdmissionPlan& plan,
                    ", but the largest of ", registered, " registered ", device, " ",
                    registered == 1 ? "worker has " : "workers has ", FormatByteSize(largest), " (",
                    largest, " bytes)");
-  const std::vector<std::string> suggestions = Suggestions(plan, largest);
-  if (suggestions.empty()) {
+  PlanBudget budget;
+  const std::vector<std::string> suggestions = Suggestions(plan, largest, budget);
+  if (budget.exhausted()) {
+    absl::StrAppend(&message, suggestions.empty() ? "; " : ". To fit a ",
+                    suggestions.empty() ? "" : FormatByteSize(largest),
+                    suggestions.empty() ? "" : " worker: ", absl::StrJoin(suggestions, "; "),
+                    suggestions.empty() ? "" : "; ",
+                    "the search for what would fit stopped at the planner's limit per submit");
+  } else if (suggestions.empty()) {
     absl::StrAppend(&message, "; no chunk size, mode or world size fits: the model state alone is ",
                     FormatByteSize(plan.minimum.model_state_bytes), " per worker");
   } else {

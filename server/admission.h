@@ -32,6 +32,9 @@ struct AdmissionPlan {
   PlanRequest request;                // what was planned (when planned)
   MemoryPlan minimum;                 // the least memory the job runs in (when planned)
   double safety_margin = 0;
+  // A model file the spec names that is bad input (not a regular file, too
+  // large, malformed): the job is refused at submit with it.
+  absl::Status bad_input;
 };
 
 // Plans `spec`. `work_dir` resolves relative model paths; "" leaves them

@@ -19,10 +19,9 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-absl::Status Authenticator::Authorize(std::optional<absl::string_view> authorization, Role required,
-                                      absl::string_view method) const {
-  const std::string& wanted = required == Role::kClient ? client_token_ : worker_token_;
-  if (wanted.empty()) return absl::OkStatus();
+absl::StatusOr<Identity> Authenticator::Authorize(std::optional<absl::string_view> authorization,
+                                                  Role required, absl::string_view method) const {
+  const bool open = required == Role::kClient ? client_open() : worker_open();
   absl::string_view token;
   if (authorization.has_value()) {
     absl::string_view value = absl::StripAsciiWhitespace(*authorization);
@@ -30,14 +29,19 @@ absl::Status Authenticator::Authorize(std::optional<absl::string_view> authoriza
       token = absl::StripAsciiWhitespace(value.substr(7));
     }
   }
-  if (token.empty()) return absl::UnauthenticatedError("missing bearer token");
-  if (ConstantTimeEquals(token, wanted)) return absl::OkStatus();
-  const std::string& other = required == Role::kClient ? worker_token_ : client_token_;
-  if (!other.empty() && ConstantTimeEquals(token, other)) {
-    return absl::PermissionDeniedError(absl::StrCat(required == Role::kClient ? "worker" : "client",
-                                                    " token cannot call ", method));
+  if (open) {
+    // An open role: any caller, as the anonymous identity.
+    return required == Role::kClient ? Identity{"anonymous", IdentityRole::kAdmin, {}}
+                                     : Identity{"anonymous", IdentityRole::kWorker, {}};
   }
-  return absl::UnauthenticatedError("invalid token");
+  if (token.empty()) return absl::UnauthenticatedError("missing bearer token");
+  const std::optional<Identity> identity = identities_->Lookup(token);
+  if (!identity.has_value()) return absl::UnauthenticatedError("invalid token");
+  if ((required == Role::kWorker) != identity->is_worker()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(identity->is_worker() ? "worker" : "client", " token cannot call ", method));
+  }
+  return *identity;
 }
 
 }  // namespace sbp::server

@@ -1,8 +1,9 @@
 #include "server/coordinator.h"
 
 #include <arpa/inet.h>
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpc/grpc.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
@@ -16,16 +17,21 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "prometheus/exposer.h"
 #include "server/auth.h"
+#include "server/identity.h"
 #include "server/job_manager.h"
 #include "server/job_service.h"
 #include "server/metrics.h"
+#include "server/reflection_service.h"
 #include "server/rendezvous.h"
 #include "server/rendezvous_service.h"
 #include "server/rpc_guard.h"
@@ -103,6 +109,60 @@ void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string
 
 }  // namespace
 
+namespace {
+
+// True for 127.0.0.0/8, ::1 and localhost listen addresses ("host:port").
+absl::StatusOr<bool> IsLoopbackListen(const std::string& listen) {
+  absl::StatusOr<std::pair<std::string, int>> host_port = SplitHostPort(listen, "listen");
+  if (!host_port.ok()) return host_port.status();
+  std::string host = host_port->first;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost";
+}
+
+// The identities for `options`, and the rule that nothing listens open on a
+// non-loopback address unless asked to.
+absl::StatusOr<std::shared_ptr<IdentityDirectory>> OpenIdentities(
+    const CoordinatorOptions& options) {
+  if (!options.users_path.empty() &&
+      (!options.client_token.empty() || !options.worker_token.empty())) {
+    return absl::InvalidArgumentError(
+        "--users replaces --client-token-file and --worker-token-file; give one or the other");
+  }
+  if (!options.client_token.empty() && options.client_token == options.worker_token) {
+    return absl::InvalidArgumentError(
+        "the client and worker tokens are the same: either role could call anything");
+  }
+  std::shared_ptr<IdentityDirectory> identities;
+  if (!options.users_path.empty()) {
+    ASSIGN_OR_RETURN(IdentityTable table, LoadIdentityFile(options.users_path));
+    identities = std::make_shared<IdentityDirectory>(std::move(table), options.users_path);
+  } else {
+    identities = std::make_shared<IdentityDirectory>(
+        IdentityTable::FromTokens(options.client_token, options.worker_token));
+  }
+  std::vector<std::string> open;
+  if (!identities->HasRole(IdentityRole::kUser)) open.push_back("clients (JobService)");
+  if (!identities->HasRole(IdentityRole::kWorker)) {
+    open.push_back("workers (WorkerService, RendezvousService)");
+  }
+  if (open.empty()) return identities;
+  const std::string what = absl::StrCat("no tokens for ", absl::StrJoin(open, " and "));
+  ASSIGN_OR_RETURN(const bool loopback, IsLoopbackListen(options.listen));
+  if (!loopback && !options.insecure) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": refusing to listen open on ", options.listen,
+                     "; give --users (or token files), listen on 127.0.0.1, or pass --insecure"));
+  }
+  LOG(WARNING) << what << ": those calls are accepted without authentication"
+               << (options.insecure ? " (--insecure)" : " (loopback only)");
+  return identities;
+}
+
+}  // namespace
+
 struct Coordinator::Impl {
   CoordinatorOptions options;
   std::unique_ptr<Store> store;
@@ -111,11 +171,13 @@ struct Coordinator::Impl {
   std::unique_ptr<WatchHub> hub;
   std::unique_ptr<RendezvousStore> rendezvous;
   std::unique_ptr<JobManager> manager;
+  std::shared_ptr<IdentityDirectory> identities;
   std::unique_ptr<Authenticator> auth;
   std::unique_ptr<RpcGuard> guard;
   std::unique_ptr<JobServiceImpl> job_service;
   std::unique_ptr<WorkerServiceImpl> worker_service;
   std::unique_ptr<RendezvousServiceImpl> rendezvous_service;
+  std::unique_ptr<ReflectionServices> reflection;
   std::unique_ptr<grpc::Server> server;
   std::string address;
   std::string metrics_address;
@@ -158,14 +220,30 @@ absl::Status Coordinator::Impl::StartServer() {
     ssl.pem_key_cert_pairs.push_back({key, cert});
     credentials = grpc::SslServerCredentials(ssl);
   }
+  // grpc.health.v1 is gRPC's own callback service (no thread per Watch).
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen, credentials, &port);
+  // The sync handler threads of all unary calls; RpcGuard's lanes keep part
+  // of them for the workers (see rpc_guard.h). Streams are callback handlers
+  // and take none.
+  grpc::ResourceQuota quota("sbp-coordinator");
+  quota.SetMaxThreads(guard->limits().max_threads);
+  builder.SetResourceQuota(quota);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_connection);
   builder.RegisterService(job_service.get());
   builder.RegisterService(worker_service.get());
   builder.RegisterService(rendezvous_service.get());
+  reflection = std::make_unique<ReflectionServices>(
+      guard.get(), std::vector<std::string>{
+                       streambp::v1::JobService::service_full_name(),
+                       streambp::v1::WorkerService::service_full_name(),
+                       streambp::v1::RendezvousService::service_full_name(),
+                       "grpc.health.v1.Health",
+                   });
+  for (grpc::Service* service : reflection->services()) builder.RegisterService(service);
   server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(
@@ -224,18 +302,19 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     return absl::InvalidArgumentError(
         absl::StrCat("stall_seconds: must be at least 1 (got ", options.stall_seconds, ")"));
   }
+  if (options.max_streams_per_connection < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_streams_per_connection: must be at least 1 (got ",
+                     options.max_streams_per_connection, ")"));
+  }
+  if (options.max_message_bytes < 64 * 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes: must be at least 65536 (got ", options.max_message_bytes, ")"));
+  }
+  ASSIGN_OR_RETURN(RpcLimits limits, options.limits.Resolved());
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  if (options.client_token.empty()) {
-    LOG(WARNING) << "no client token: JobService accepts calls without authentication";
-  }
-  if (options.worker_token.empty()) {
-    LOG(WARNING) << "no worker token: WorkerService and RendezvousService accept calls without "
-                    "authentication";
-  }
-  if (!options.client_token.empty() && options.client_token == options.worker_token) {
-    LOG(WARNING) << "the client and worker tokens are the same: either role can call anything";
-  }
+  ASSIGN_OR_RETURN(impl->identities, OpenIdentities(options));
   ASSIGN_OR_RETURN(impl->store, Store::Open(options.db_path));
   RETURN_IF_ERROR(impl->StartMetrics());
   impl->hub = std::make_unique<WatchHub>();
@@ -244,11 +323,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   manager_options.lease = absl::Seconds(options.lease_seconds);
   manager_options.stall = absl::Seconds(options.stall_seconds);
   manager_options.work_dir = options.work_dir;
+  manager_options.identities = impl->identities;
   ASSIGN_OR_RETURN(impl->manager,
                    JobManager::Create(impl->store.get(), impl->metrics.get(), impl->hub.get(),
                                       impl->rendezvous.get(), manager_options));
-  impl->auth = std::make_unique<Authenticator>(options.client_token, options.worker_token);
-  impl->guard = std::make_unique<RpcGuard>(impl->auth.get(), impl->metrics.get());
+  impl->auth = std::make_unique<Authenticator>(impl->identities);
+  impl->guard = std::make_unique<RpcGuard>(impl->auth.get(), impl->metrics.get(), limits);
   impl->job_service =
       std::make_unique<JobServiceImpl>(impl->manager.get(), impl->hub.get(), impl->guard.get());
   impl->worker_service =
@@ -258,7 +338,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   RETURN_IF_ERROR(impl->StartServer());
   Impl* raw = impl.get();
   impl->monitor = std::thread([raw] {
-    while (!raw->stop_monitor.WaitForNotificationWithTimeout(kTickInterval)) raw->manager->Tick();
+    while (!raw->stop_monitor.WaitForNotificationWithTimeout(kTickInterval)) {
+      raw->manager->Tick();
+      // A token removed from the users file stops working within a tick.
+      if (absl::Status s = raw->identities->ReloadIfChanged(); !s.ok()) {
+        LOG(ERROR) << "users file not reloaded (the previous identities stay in force): " << s;
+      }
+    }
   });
   LOG(INFO) << "coordinator serving gRPC on " << impl->address
             << (options.tls_cert_path.empty() ? "" : " (TLS)") << ", database " << options.db_path;
@@ -266,6 +352,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     LOG(INFO) << "coordinator serving metrics on http://" << impl->metrics_address << "/metrics";
   }
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));
+}
+
+absl::Status Coordinator::ReloadIdentities() {
+  const absl::Status status = impl_->identities->Reload();
+  if (status.ok()) LOG(INFO) << "users file reloaded";
+  return status;
 }
 
 }  // namespace sbp::server

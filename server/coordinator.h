@@ -8,19 +8,32 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/rpc_guard.h"
 
 namespace sbp::server {
 
 struct CoordinatorOptions {
-  std::string listen = "127.0.0.1:7700";    // "host:0" picks a free port
-  std::string metrics_listen;               // "" = no metrics endpoint; "host:0" free port
-  std::string db_path;                      // SQLite file (required)
-  std::string client_token, worker_token;   // "" = no auth for that role (log a warning)
+  std::string listen = "127.0.0.1:7700";  // "host:0" picks a free port
+  std::string metrics_listen;             // "" = no metrics endpoint; "host:0" free port
+  std::string db_path;                    // SQLite file (required)
+  // Identities: a users file (server/identity.h), reloaded on Reload() and
+  // when it changes; or the single-user shorthand of two tokens. A role with
+  // no identity is open, which is refused on a non-loopback address unless
+  // `insecure`.
+  std::string users_path;
+  std::string client_token, worker_token;
+  bool insecure = false;
   std::string tls_cert_path, tls_key_path;  // both or neither
   int lease_seconds = 15, stall_seconds = 600;
   // Where relative model paths of job specs resolve for memory planning at
   // submit (as workers resolve them under their --work-dir); "": not resolved.
   std::string work_dir;
+  // Limits on what clients can make the coordinator hold: threads, calls in
+  // flight, open streams (server/rpc_guard.h explains how they keep worker
+  // heartbeats served), HTTP/2 streams per connection and request size.
+  RpcLimits limits;
+  int max_streams_per_connection = 100;
+  int max_message_bytes = 4 << 20;
 };
 
 class Coordinator {
@@ -29,7 +42,9 @@ class Coordinator {
   std::string address() const;          // "127.0.0.1:PORT" actually bound
   std::string metrics_address() const;  // "" when none
   void Shutdown();                      // graceful, idempotent
-  ~Coordinator();                       // calls Shutdown
+  // Re-reads the users file now (SIGHUP); errors keep the old identities.
+  absl::Status ReloadIdentities();
+  ~Coordinator();  // calls Shutdown
 
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;

@@ -57,6 +57,7 @@ absl::Status JobManager::Load() {
     } else if (job.state == JobState::kScheduled || job.state == JobState::kRunning) {
       LiveAttempt live;
       live.attempt = job.attempt;
+      live.owner = job.owner;
       live.active_at = now;
       live.succeeded.assign(job.world_size, false);
       live.current_bytes.assign(job.world_size, 0);
@@ -169,8 +170,17 @@ void JobManager::FailAttempt(JobRecord& job, Change& change, FailureClass failur
   }
   AddTransition(job, change, JobState::kRetrying, std::move(decision.reason));
   job.worker_ids.clear();
-  AddTransition(job, change, JobState::kPending,
-                absl::StrCat("waiting to be rescheduled for attempt ", job.attempt + 1));
+  std::string waiting = absl::StrCat("waiting to be rescheduled for attempt ", job.attempt + 1);
+  if (failure == FailureClass::kStorage) {
+    // Storage needs time to recover (space freed, a volume remounted):
+    // 10 s, 20 s, 40 s, ... at most 5 minutes between attempts.
+    const int failures = ++storage_failures_[job.id];
+    const absl::Duration backoff =
+        std::min(absl::Seconds(10) * (1 << std::min(failures - 1, 5)), absl::Minutes(5));
+    retry_after_[job.id] = absl::Now() + backoff;
+    absl::StrAppend(&waiting, " in ", absl::FormatDuration(backoff), " (storage backoff)");
+  }
+  AddTransition(job, change, JobState::kPending, std::move(waiting));
   change.restarted = true;
 }
 
@@ -218,6 +228,7 @@ absl::Status JobManager::Save(JobRecord& job, JobState before, Change change) {
     if (live == live_.end() || live->second.attempt != job.attempt) {
       LiveAttempt fresh;
       fresh.attempt = job.attempt;
+      fresh.owner = job.owner;
       fresh.active_at = now;
       fresh.succeeded.assign(job.world_size, false);
       fresh.current_bytes.assign(job.world_size, 0);

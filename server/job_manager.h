@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/admission.h"
+#include "server/identity.h"
 #include "server/job_state.h"
 #include "server/metrics.h"
 #include "server/records.h"
@@ -51,6 +52,8 @@ struct JobManagerOptions {
   // Relative model paths of job specs resolve here for memory planning at
   // submit; "" leaves them unresolved (see server/admission.h).
   std::string work_dir;
+  // The identities, for the users' quotas (null: no quotas).
+  std::shared_ptr<const IdentityDirectory> identities;
 };
 
 struct SubmitResult {
@@ -77,24 +80,26 @@ struct WorkerView {
   absl::Time last_heartbeat = absl::UnixEpoch();
 };
 
+struct AttemptKey {
+  std::string job_id;
+  int attempt = 0;
+  bool operator==(const AttemptKey&) const = default;
+};
+
 struct RegisterRequest {
   std::string worker_id;  // "" for a new worker
   std::string name;
   DeviceKind device = DeviceKind::kCpu;
   int64_t memory_bytes = 0;
   std::string version;
+  std::optional<AttemptKey> running;  // the attempt the worker is still training
+  std::string identity;               // the worker identity registering it
 };
 
 struct Registration {
   std::string worker_id;
   int lease_seconds = 0;
   int heartbeat_seconds = 0;
-};
-
-struct AttemptKey {
-  std::string job_id;
-  int attempt = 0;
-  bool operator==(const AttemptKey&) const = default;
 };
 
 struct HeartbeatResult {
@@ -142,18 +147,30 @@ class JobManager {
                                                             RendezvousStore* rendezvous,
                                                             const JobManagerOptions& options);
 
-  // Jobs (client API).
-  absl::StatusOr<SubmitResult> Submit(const std::string& spec_yaml, const std::string& request_id);
-  absl::StatusOr<JobRecord> GetJob(const std::string& id);
-  absl::StatusOr<JobPage> ListJobs(const std::vector<JobState>& states, int page_size,
-                                   const std::string& page_token);
-  absl::StatusOr<JobRecord> Cancel(const std::string& id, const std::string& reason);
-  absl::StatusOr<std::vector<JobEventRecord>> Events(const std::string& id, int64_t after_sequence);
+  // Jobs (client API), on behalf of `caller`. A job belongs to the identity
+  // that submitted it: a user reaches only their own jobs (another's id is
+  // NOT_FOUND, as if it did not exist, so ids do not leak); an admin reaches
+  // every job. Submit enforces the caller's quotas (pending jobs, priority).
+  absl::StatusOr<SubmitResult> Submit(const Identity& caller, const std::string& spec_yaml,
+                                      const std::string& request_id);
+  absl::StatusOr<JobRecord> GetJob(const Identity& caller, const std::string& id);
+  // Without `with_spec` the specs are not read (spec_yaml stays empty).
+  // `user`: an admin's filter by owner ("" = every job); users always see
+  // only their own.
+  absl::StatusOr<JobPage> ListJobs(const Identity& caller, const std::vector<JobState>& states,
+                                   int page_size, const std::string& page_token,
+                                   bool with_spec = true, const std::string& user = "");
+  absl::StatusOr<JobRecord> Cancel(const Identity& caller, const std::string& id,
+                                   const std::string& reason);
+  absl::StatusOr<std::vector<JobEventRecord>> Events(const Identity& caller, const std::string& id,
+                                                     int64_t after_sequence);
   std::vector<WorkerView> ListWorkers();
 
   // Workers (worker API).
   absl::StatusOr<Registration> Register(const RegisterRequest& request);
+  // `running`: the attempt the worker says it is training (RegisterRequest).
   absl::StatusOr<HeartbeatResult> Heartbeat(const std::string& worker_id,
+                                            const std::optional<AttemptKey>& running,
                                             const MemoryUsageRecord& memory);
   // Waits up to `wait` for work; nullopt when there is none. `cancelled` is
   // polled while waiting (the client went away).
@@ -164,7 +181,13 @@ class JobManager {
   absl::Status Finish(const FinishReport& report);
   // OK when `scope` is "<job>/<attempt>" of an attempt that is SCHEDULED or
   // RUNNING; NotFound for an unknown job, Aborted for an attempt that is over.
-  absl::Status CheckRendezvousScope(const std::string& scope);
+  // OK when `worker_id` is registered under `caller` (or not registered);
+  // PermissionDenied when it is bound to another worker identity.
+  absl::Status CheckWorkerIdentity(const std::string& worker_id, const Identity& caller);
+  // A rendezvous call: the scope's attempt is live and `worker_id`, bound to
+  // `caller`, holds a rank in it.
+  absl::Status CheckRendezvousScope(const std::string& scope, const std::string& worker_id,
+                                    const Identity& caller);
 
   // Expires leases, fails stalled attempts, runs the scheduler on its timer
   // and refreshes gauges. Called by the monitor thread.
@@ -179,9 +202,17 @@ class JobManager {
     bool confirmed = true;  // false after a restart until the worker calls in
     MemoryUsageRecord memory;
     std::vector<AssignmentRecord> active;
+    // An attempt the worker still trains that is over here (its lease
+    // expired, a retry took over): the worker is not idle until it stops.
+    std::optional<AttemptKey> finishing;
   };
+  // Records what the worker says it runs: `finishing` when that attempt is
+  // no longer live here.
+  void NoteRunning(WorkerEntry& worker, const std::optional<AttemptKey>& running) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct LiveAttempt {  // a SCHEDULED or RUNNING job
     int attempt = 0;
+    std::string owner;                   // whose quota its workers count against
     absl::Time active_at;                // stall clock
     std::vector<bool> succeeded;         // by rank
     std::vector<int64_t> current_bytes;  // by rank, latest report
@@ -230,6 +261,10 @@ class JobManager {
   void ForgetIfInactive(const AssignmentRecord& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Device and memory of every worker that is not lost (admission).
   std::vector<WorkerCapacity> LiveWorkerCapacities() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs of `owner` waiting to be scheduled.
+  int64_t PendingJobsOf(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each owner's running workers and worker quota, for the scheduler.
+  ScheduleLimits CurrentLimits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
@@ -244,6 +279,9 @@ class JobManager {
   absl::flat_hash_map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, LiveAttempt> live_ ABSL_GUARDED_BY(mu_);
   // Pending jobs with the reason last written for them.
+  // Jobs retried after a storage failure wait until this time (backoff).
+  absl::flat_hash_map<std::string, absl::Time> retry_after_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> storage_failures_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::pair<SchedulerJob, std::string>> pending_
       ABSL_GUARDED_BY(mu_);
   std::map<JobState, int64_t> counts_ ABSL_GUARDED_BY(mu_);

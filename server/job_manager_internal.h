@@ -38,7 +38,8 @@ inline std::string Scope(absl::string_view job_id, int attempt) {
 
 inline SchedulerJob ToSchedulerJob(const JobRecord& job) {
   return SchedulerJob{job.id,         job.seq,    job.priority,
-                      job.world_size, job.device, job.required_memory_bytes};
+                      job.world_size, job.device, job.required_memory_bytes,
+                      job.owner};
 }
 
 inline absl::string_view OutcomeName(Outcome outcome) {

@@ -61,7 +61,19 @@ absl::Status CheckSpecLimits(const JobSpec& spec) {
 // ---------------------------------------------------------------------------
 // Jobs.
 
-absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
+namespace {
+
+// NOT_FOUND for a job the caller may not see: the same answer as for an id
+// that does not exist.
+absl::Status CheckAccess(const JobRecord& job, const Identity& caller) {
+  if (caller.is_admin() || job.owner == caller.name) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("no job with id \"", job.id, "\""));
+}
+
+}  // namespace
+
+absl::StatusOr<SubmitResult> JobManager::Submit(const Identity& caller,
+                                                const std::string& spec_yaml,
                                                 const std::string& request_id) {
   if (spec_yaml.empty()) return InvalidField("spec_yaml", "is required (the job spec as YAML)");
   if (spec_yaml.size() > kMaxTextLength) {
@@ -78,13 +90,23 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
   }
   const JobSpec& spec = *parsed;
   RETURN_IF_ERROR(CheckSpecLimits(spec));
+  if (caller.quota.max_priority.has_value() && spec.priority > *caller.quota.max_priority) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("priority: ", spec.priority, " is above ", caller.name, "'s ceiling of ",
+                     *caller.quota.max_priority, " (quota max_priority)"));
+  }
   const std::string spec_json = JobSpecToJson(spec);
   // The memory plan reads the model's config.json: outside the lock.
   const AdmissionPlan admission = PlanAdmission(spec, options_.work_dir);
+  RETURN_IF_ERROR(admission.bad_input);
 
   absl::MutexLock lock(&mu_);
   if (!request_id.empty()) {
     ASSIGN_OR_RETURN(std::optional<JobRecord> existing, store_->FindJobByRequestId(request_id));
+    if (existing && existing->owner != caller.name) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "request_id: \"", request_id, "\" is taken; use a new request_id for a new job"));
+    }
     if (existing) {
       if (existing->spec_json != spec_json) {
         return absl::AlreadyExistsError(
@@ -95,8 +117,17 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
     }
   }
   RETURN_IF_ERROR(CheckAdmission(spec, admission, LiveWorkerCapacities()));
+  if (caller.quota.max_pending_jobs > 0) {
+    const int64_t waiting = PendingJobsOf(caller.name);
+    if (waiting >= caller.quota.max_pending_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "quota max_pending_jobs: ", caller.name, " has ", waiting, " of ",
+          caller.quota.max_pending_jobs, " jobs waiting; cancel one or wait for one to start"));
+    }
+  }
   const absl::Time now = absl::Now();
   JobRecord job;
+  job.owner = caller.name;
   ASSIGN_OR_RETURN(job.id, NewJobId(spec.name));
   job.name = spec.name;
   job.spec_yaml = spec_yaml;
@@ -121,14 +152,18 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const std::string& spec_yaml,
   return SubmitResult{std::move(latest), true};
 }
 
-absl::StatusOr<JobRecord> JobManager::GetJob(const std::string& id) {
+absl::StatusOr<JobRecord> JobManager::GetJob(const Identity& caller, const std::string& id) {
   if (id.empty()) return InvalidField("id", "is required");
   absl::MutexLock lock(&mu_);
-  return store_->GetJob(id);
+  ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
+  RETURN_IF_ERROR(CheckAccess(job, caller));
+  return job;
 }
 
-absl::StatusOr<JobPage> JobManager::ListJobs(const std::vector<JobState>& states, int page_size,
-                                             const std::string& page_token) {
+absl::StatusOr<JobPage> JobManager::ListJobs(const Identity& caller,
+                                             const std::vector<JobState>& states, int page_size,
+                                             const std::string& page_token, bool with_spec,
+                                             const std::string& user) {
   if (page_size < 0) {
     return InvalidField("page_size", absl::StrCat("must not be negative (got ", page_size, ")"));
   }
@@ -144,7 +179,17 @@ absl::StatusOr<JobPage> JobManager::ListJobs(const std::vector<JobState>& states
     }
   }
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ListJobs(states, before, page_size + 1));
+  if (!user.empty() && !caller.is_admin() && user != caller.name) {
+    return absl::PermissionDeniedError("user: only an admin lists other users' jobs");
+  }
+  std::optional<std::string> owner;
+  if (!caller.is_admin()) {
+    owner = caller.name;
+  } else if (!user.empty()) {
+    owner = user;
+  }
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs,
+                   store_->ListJobs(states, before, page_size + 1, with_spec, owner));
   JobPage page;
   if (static_cast<int>(jobs.size()) > page_size) {
     jobs.resize(page_size);
@@ -154,11 +199,13 @@ absl::StatusOr<JobPage> JobManager::ListJobs(const std::vector<JobState>& states
   return page;
 }
 
-absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, const std::string& reason) {
+absl::StatusOr<JobRecord> JobManager::Cancel(const Identity& caller, const std::string& id,
+                                             const std::string& reason) {
   if (id.empty()) return InvalidField("id", "is required");
   if (reason.size() > kMaxTextLength) return InvalidField("reason", "is too long");
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
+  RETURN_IF_ERROR(CheckAccess(job, caller));
   if (IsTerminal(job.state)) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " already finished (", JobStateName(job.state),
@@ -175,7 +222,8 @@ absl::StatusOr<JobRecord> JobManager::Cancel(const std::string& id, const std::s
   return job;
 }
 
-absl::StatusOr<std::vector<JobEventRecord>> JobManager::Events(const std::string& id,
+absl::StatusOr<std::vector<JobEventRecord>> JobManager::Events(const Identity& caller,
+                                                               const std::string& id,
                                                                int64_t after_sequence) {
   if (id.empty()) return InvalidField("id", "is required");
   if (after_sequence < 0) {
@@ -185,7 +233,14 @@ absl::StatusOr<std::vector<JobEventRecord>> JobManager::Events(const std::string
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(std::optional<JobRecord> job, store_->FindJob(id));
   if (!job) return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
+  RETURN_IF_ERROR(CheckAccess(*job, caller));
   return store_->ListEvents(id, after_sequence, kMaxEventsPerCall);
+}
+
+int64_t JobManager::PendingJobsOf(const std::string& owner) const {
+  int64_t n = 0;
+  for (const auto& [id, entry] : pending_) n += entry.first.owner == owner;
+  return n;
 }
 
 std::vector<WorkerCapacity> JobManager::LiveWorkerCapacities() const {
@@ -202,9 +257,9 @@ std::vector<WorkerView> JobManager::ListWorkers() {
   for (const auto& [id, w] : workers_) {
     WorkerView view;
     view.record = w.record;
-    view.state = w.record.lost      ? WorkerState::kLost
-                 : w.active.empty() ? WorkerState::kIdle
-                                    : WorkerState::kBusy;
+    view.state = w.record.lost                                  ? WorkerState::kLost
+                 : w.active.empty() && !w.finishing.has_value() ? WorkerState::kIdle
+                                                                : WorkerState::kBusy;
     if (!w.active.empty()) view.job_id = w.active.front().job_id;
     view.memory = w.memory;
     view.last_heartbeat = w.record.lost ? w.record.last_heartbeat : w.last_seen;

@@ -17,13 +17,37 @@ using manager_internal::Seconds;
 // ---------------------------------------------------------------------------
 // Scheduling, leases, stalls.
 
+ScheduleLimits JobManager::CurrentLimits() const {
+  ScheduleLimits limits;
+  for (const auto& [id, live] : live_) {
+    limits.running_workers[live.owner] += static_cast<int64_t>(live.succeeded.size());
+  }
+  if (options_.identities == nullptr) return limits;
+  for (const auto& [id, entry] : pending_) {
+    const std::string& owner = entry.first.owner;
+    if (limits.max_workers.contains(owner)) continue;
+    const std::optional<Identity> identity = options_.identities->Find(owner);
+    if (identity.has_value() && identity->quota.max_running_workers > 0) {
+      limits.max_workers[owner] = identity->quota.max_running_workers;
+    }
+  }
+  return limits;
+}
+
 void JobManager::RunScheduler() {
   const absl::Time now = absl::Now();
   last_schedule_ = now;
   if (pending_.empty()) return;
   std::vector<SchedulerJob> jobs;
   jobs.reserve(pending_.size());
-  for (const auto& [id, entry] : pending_) jobs.push_back(entry.first);
+  for (const auto& [id, entry] : pending_) {
+    auto backoff = retry_after_.find(id);
+    if (backoff != retry_after_.end()) {
+      if (now < backoff->second) continue;  // still backing off; its reason says until when
+      retry_after_.erase(backoff);
+    }
+    jobs.push_back(entry.first);
+  }
   std::vector<const WorkerEntry*> live_workers;
   for (const auto& [id, w] : workers_) {
     if (!w.record.lost) live_workers.push_back(&w);
@@ -38,9 +62,9 @@ void JobManager::RunScheduler() {
   std::vector<SchedulerWorker> workers;
   for (const WorkerEntry* w : live_workers) {
     workers.push_back({w->record.id, w->record.device, w->record.memory_bytes,
-                       w->confirmed && w->active.empty()});
+                       w->confirmed && w->active.empty() && !w->finishing.has_value()});
   }
-  ScheduleResult result = Schedule(std::move(jobs), workers);
+  ScheduleResult result = Schedule(std::move(jobs), workers, CurrentLimits());
   absl::flat_hash_map<WaitCause, int> causes;
   for (const WaitingJob& waiting : result.waiting) ++causes[waiting.cause];
   for (WaitCause cause : kAllWaitCauses) {
@@ -178,7 +202,7 @@ void JobManager::Tick() {
 void JobManager::UpdateWorkerCounts() {
   double idle = 0, busy = 0, lost = 0;
   for (const auto& [id, w] : workers_) {
-    (w.record.lost ? lost : w.active.empty() ? idle : busy) += 1;
+    (w.record.lost ? lost : w.active.empty() && !w.finishing.has_value() ? idle : busy) += 1;
   }
   metrics_->SetWorkerCounts(idle, busy, lost);
 }

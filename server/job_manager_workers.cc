@@ -41,6 +41,16 @@ bool JobManager::IsLive(const AssignmentRecord& a) const {
   return it != live_.end() && it->second.attempt == a.attempt;
 }
 
+void JobManager::NoteRunning(WorkerEntry& worker, const std::optional<AttemptKey>& running) const {
+  const bool stale =
+      running.has_value() && !IsLive(AssignmentRecord{running->job_id, running->attempt});
+  if (stale && worker.finishing != running) {
+    LOG(INFO) << "worker " << worker.record.id << " is still finishing job " << running->job_id
+              << " attempt " << running->attempt << "; not idle until it stops";
+  }
+  worker.finishing = stale ? running : std::nullopt;
+}
+
 bool JobManager::ReleaseFinishedAssignments(WorkerEntry& worker) {
   std::vector<AssignmentRecord> released;
   for (const AssignmentRecord& a : worker.active) {
@@ -75,6 +85,11 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
   std::string id = request.worker_id.empty() ? NewWorkerId(request.name) : request.worker_id;
   auto [it, created] = workers_.try_emplace(id);
   WorkerEntry& entry = it->second;
+  if (!created && !entry.record.identity.empty() && entry.record.identity != request.identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker_id: ", id, " is bound to another worker identity; register without an id"));
+  }
+  entry.record.identity = request.identity;
   const bool was_lost = !created && entry.record.lost;
   entry.record.id = id;
   entry.record.name = request.name.empty() ? id : request.name;
@@ -87,6 +102,7 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
   entry.last_seen = now;
   entry.confirmed = true;
   entry.memory.capacity_bytes = request.memory_bytes;
+  NoteRunning(entry, request.running);
   absl::Status saved = store_->UpsertWorker(entry.record);
   if (!saved.ok()) {
     if (created) workers_.erase(it);
@@ -102,6 +118,7 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
 }
 
 absl::StatusOr<HeartbeatResult> JobManager::Heartbeat(const std::string& worker_id,
+                                                      const std::optional<AttemptKey>& running,
                                                       const MemoryUsageRecord& memory) {
   if (worker_id.empty()) return InvalidField("worker_id", "is required");
   absl::MutexLock lock(&mu_);
@@ -125,7 +142,10 @@ absl::StatusOr<HeartbeatResult> JobManager::Heartbeat(const std::string& worker_
   for (const AssignmentRecord& a : w.active) {
     if (!IsLive(a)) result.stop_attempts.push_back({a.job_id, a.attempt});
   }
-  if (!was_confirmed) RunScheduler();
+  const bool was_finishing = w.finishing.has_value();
+  NoteRunning(w, running);
+  if (w.finishing.has_value()) result.stop_attempts.push_back(*w.finishing);
+  if (!was_confirmed || (was_finishing && !w.finishing.has_value())) RunScheduler();
   return result;
 }
 
@@ -319,7 +339,20 @@ absl::Status JobManager::Finish(const FinishReport& report) {
   return absl::OkStatus();
 }
 
-absl::Status JobManager::CheckRendezvousScope(const std::string& scope) {
+absl::Status JobManager::CheckWorkerIdentity(const std::string& worker_id, const Identity& caller) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.record.identity.empty() ||
+      it->second.record.identity == caller.name) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker ", worker_id, " is registered under another identity than ", caller.name));
+}
+
+absl::Status JobManager::CheckRendezvousScope(const std::string& scope,
+                                              const std::string& worker_id,
+                                              const Identity& caller) {
   const size_t slash = scope.rfind('/');
   int attempt = 0;
   if (slash == std::string::npos || slash == 0 ||
@@ -331,7 +364,22 @@ absl::Status JobManager::CheckRendezvousScope(const std::string& scope) {
   const std::string job_id = scope.substr(0, slash);
   absl::MutexLock lock(&mu_);
   auto live = live_.find(job_id);
-  if (live != live_.end() && live->second.attempt == attempt) return absl::OkStatus();
+  if (live != live_.end() && live->second.attempt == attempt) {
+    // Open (anonymous) workers need not name themselves; identified ones
+    // must be a rank of the attempt, under their own identity.
+    if (worker_id.empty() && caller.name == "anonymous") return absl::OkStatus();
+    if (worker_id.empty()) return InvalidField("worker_id", "is required");
+    auto w = workers_.find(worker_id);
+    const bool holds_rank =
+        w != workers_.end() && !w->second.record.lost &&
+        (w->second.record.identity.empty() || w->second.record.identity == caller.name) &&
+        std::any_of(
+            w->second.active.begin(), w->second.active.end(),
+            [&](const AssignmentRecord& a) { return a.job_id == job_id && a.attempt == attempt; });
+    if (holds_rank) return absl::OkStatus();
+    return absl::PermissionDeniedError(
+        absl::StrCat("scope ", scope, ": worker ", worker_id, " holds no rank in this attempt"));
+  }
   ASSIGN_OR_RETURN(std::optional<JobRecord> job, store_->FindJob(job_id));
   if (!job) return absl::NotFoundError(absl::StrCat("scope ", scope, ": no job ", job_id));
   return absl::AbortedError(absl::StrCat("scope ", scope, ": attempt ", attempt, " of job ", job_id,

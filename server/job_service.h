@@ -1,6 +1,10 @@
-// streambp.v1.JobService over the gRPC sync API: validates requests,
-// converts messages and delegates to the JobManager. Needs the client token.
+// streambp.v1.JobService: validates requests, converts messages and delegates
+// to the JobManager. Needs the client token. Unary methods use the gRPC sync
+// API; Watch is a callback stream, so that an open watch holds no server
+// thread (see rpc_guard.h for the limits on both).
 #pragma once
+
+#include <memory>
 
 #include "server/job_manager.h"
 #include "server/rpc_guard.h"
@@ -9,10 +13,11 @@
 
 namespace sbp::server {
 
-class JobServiceImpl final : public streambp::v1::JobService::Service {
+class JobServiceImpl final
+    : public streambp::v1::JobService::WithCallbackMethod_Watch<streambp::v1::JobService::Service> {
  public:
-  JobServiceImpl(JobManager* manager, WatchHub* hub, const RpcGuard* guard)
-      : manager_(manager), hub_(hub), guard_(guard) {}
+  JobServiceImpl(JobManager* manager, WatchHub* hub, const RpcGuard* guard);
+  ~JobServiceImpl() override;
 
   grpc::Status Submit(grpc::ServerContext* context, const streambp::v1::SubmitJobRequest* request,
                       streambp::v1::SubmitJobResponse* response) override;
@@ -22,21 +27,23 @@ class JobServiceImpl final : public streambp::v1::JobService::Service {
                     streambp::v1::ListJobsResponse* response) override;
   grpc::Status Cancel(grpc::ServerContext* context, const streambp::v1::CancelJobRequest* request,
                       streambp::v1::Job* response) override;
-  grpc::Status Watch(grpc::ServerContext* context, const streambp::v1::WatchJobRequest* request,
-                     grpc::ServerWriter<streambp::v1::JobUpdate>* writer) override;
+  grpc::ServerWriteReactor<streambp::v1::JobUpdate>* Watch(
+      grpc::CallbackServerContext* context, const streambp::v1::WatchJobRequest* request) override;
   grpc::Status Events(grpc::ServerContext* context, const streambp::v1::JobEventsRequest* request,
                       streambp::v1::JobEventsResponse* response) override;
   grpc::Status ListWorkers(grpc::ServerContext* context,
                            const streambp::v1::ListWorkersRequest* request,
                            streambp::v1::ListWorkersResponse* response) override;
+  grpc::Status WhoAmI(grpc::ServerContext* context, const streambp::v1::WhoAmIRequest* request,
+                      streambp::v1::WhoAmIResponse* response) override;
+
+  class WatchFanout;  // moves Watch streams along (job_service.cc)
 
  private:
-  absl::Status StreamJob(grpc::ServerContext* context, const std::string& id,
-                         grpc::ServerWriter<streambp::v1::JobUpdate>* writer);
-
   JobManager* manager_;
   WatchHub* hub_;
   const RpcGuard* guard_;
+  std::unique_ptr<WatchFanout> fanout_;
 };
 
 }  // namespace sbp::server

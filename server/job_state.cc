@@ -48,6 +48,10 @@ absl::string_view FailureClassName(FailureClass failure) {
       return "STALLED";
     case FailureClass::kInternal:
       return "INTERNAL";
+    case FailureClass::kStorage:
+      return "STORAGE";
+    case FailureClass::kDiverged:
+      return "DIVERGED";
   }
   return "";
 }
@@ -55,7 +59,8 @@ absl::string_view FailureClassName(FailureClass failure) {
 absl::StatusOr<FailureClass> ParseFailureClass(absl::string_view name) {
   for (FailureClass failure :
        {FailureClass::kUnspecified, FailureClass::kOutOfMemory, FailureClass::kBadInput,
-        FailureClass::kLostWorker, FailureClass::kStalled, FailureClass::kInternal}) {
+        FailureClass::kLostWorker, FailureClass::kStalled, FailureClass::kInternal,
+        FailureClass::kStorage, FailureClass::kDiverged}) {
     if (FailureClassName(failure) == name) return failure;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown failure class \"", name, "\""));
@@ -99,7 +104,7 @@ absl::Status CheckTransition(JobState from, JobState to) {
 
 bool IsRetryable(FailureClass failure) {
   return failure == FailureClass::kLostWorker || failure == FailureClass::kStalled ||
-         failure == FailureClass::kInternal;
+         failure == FailureClass::kInternal || failure == FailureClass::kStorage;
 }
 
 FailureDecision DecideOnFailure(FailureClass failure, int attempt, int max_restarts,
@@ -116,6 +121,12 @@ FailureDecision DecideOnFailure(FailureClass failure, int attempt, int max_resta
     case FailureClass::kBadInput:
       decision.reason = absl::StrCat(
           head, "; bad input is not retried: fix the spec, data or model and submit again");
+      return decision;
+    case FailureClass::kDiverged:
+      decision.reason =
+          absl::StrCat(head,
+                       "; a diverged run is not retried (it would diverge again): change the spec, "
+                       "or submit a new job with resume_from: a good checkpoint");
       return decision;
     default:
       break;

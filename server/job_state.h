@@ -37,6 +37,8 @@ enum class FailureClass {
   kLostWorker = 3,
   kStalled = 4,
   kInternal = 5,
+  kStorage = 6,
+  kDiverged = 7,
 };
 
 // "PENDING", "RUNNING", ...; parse accepts exactly these names.

@@ -9,8 +9,16 @@
 //   --stall-seconds N           fail an attempt without progress for N s (default 600)
 //   --work-dir DIR              relative model paths of job specs resolve here for
 //                               memory planning at submit (default: not resolved)
+//   --max-threads N             gRPC handler threads (default 256); a quarter may
+//                               serve client calls, half the workers' long polls
+//   --max-streams N             open Watch + reflection streams (default 4096)
+//   --max-streams-per-client N  of them from one client address (default 1024)
+//   --max-reflection-streams N  of them server reflection (default 256)
+//   --max-streams-per-connection N  HTTP/2 streams per connection (default 100)
+//   --max-message-size SIZE     largest request accepted (default 4MiB)
 // SIGTERM or SIGINT shuts down gracefully. Exit codes: 0 clean stop, 1 could
-// not start, 2 bad flags.
+// not start, 2 bad flags or an unusable database (another coordinator holds
+// it, or its schema is newer than this build's).
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +29,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "common/byte_size.h"
 #include "common/logging.h"
 #include "server/coordinator.h"
 
@@ -55,11 +64,17 @@ int Run(int argc, char** argv) {
                  "Prometheus endpoint HOST:PORT serving /metrics (default: off)");
   app.add_option("--db", options.db_path, "SQLite database file (created when missing)")
       ->required();
+  app.add_option("--users", options.users_path,
+                 "YAML file of users (name, role, token hashes, quotas) and worker identities; "
+                 "reloaded on SIGHUP and when it changes")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--insecure", options.insecure,
+               "allow a role without tokens on a non-loopback address (warns on every start)");
   app.add_option("--client-token-file", client_token_file,
-                 "File with the bearer token clients must send (default: no client auth)")
+                 "File with the bearer token clients must send (single-user shorthand for --users)")
       ->check(CLI::ExistingFile);
   app.add_option("--worker-token-file", worker_token_file,
-                 "File with the bearer token workers must send (default: no worker auth)")
+                 "File with the bearer token workers must send (single-user shorthand for --users)")
       ->check(CLI::ExistingFile);
   app.add_option("--tls-cert", options.tls_cert_path, "PEM certificate chain for TLS")
       ->check(CLI::ExistingFile);
@@ -78,6 +93,32 @@ int Run(int argc, char** argv) {
                  "planning at submit, as workers' --work-dir (default: relative paths are not "
                  "planned; absolute paths and preset names are)")
       ->check(CLI::ExistingDirectory);
+  sbp::server::RpcLimits& limits = options.limits;
+  app.add_option("--max-threads", limits.max_threads,
+                 "gRPC handler threads; a quarter may serve client calls and half the workers' "
+                 "waiting calls, the rest is kept for heartbeats (at least 4 per worker)")
+      ->capture_default_str()
+      ->check(CLI::Range(32, 65536));
+  app.add_option("--max-streams", limits.max_streams,
+                 "Open Watch and reflection streams, all clients together")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-streams-per-client", limits.max_streams_per_client,
+                 "Open Watch and reflection streams from one client address")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-reflection-streams", limits.max_reflection_streams,
+                 "Open server reflection streams (they need no token)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-streams-per-connection", options.max_streams_per_connection,
+                 "Concurrent HTTP/2 streams on one client connection")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  std::string max_message_size = "4MiB";
+  app.add_option("--max-message-size", max_message_size,
+                 "Largest request message accepted (e.g. 4MiB)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -88,6 +129,13 @@ int Run(int argc, char** argv) {
     std::cerr << "sbp-coordinator: give both --tls-cert and --tls-key, or neither\n";
     return 2;
   }
+  absl::StatusOr<int64_t> message_bytes = sbp::ParseByteSize(max_message_size);
+  if (!message_bytes.ok() || *message_bytes < 64 * 1024 || *message_bytes > (1 << 30)) {
+    std::cerr << "sbp-coordinator: --max-message-size: must be a size from 64KiB to 1GiB (got \""
+              << max_message_size << "\")\n";
+    return 2;
+  }
+  options.max_message_bytes = static_cast<int>(*message_bytes);
   std::string error;
   if (!client_token_file.empty() && !ReadToken(client_token_file, &options.client_token, &error)) {
     std::cerr << "sbp-coordinator: --client-token-file: " << error << "\n";
@@ -103,16 +151,26 @@ int Run(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   auto coordinator = sbp::server::Coordinator::Start(options);
   if (!coordinator.ok()) {
     std::cerr << "sbp-coordinator: " << coordinator.status().message() << "\n";
-    return coordinator.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    const absl::StatusCode code = coordinator.status().code();
+    return code == absl::StatusCode::kInvalidArgument ||
+                   code == absl::StatusCode::kFailedPrecondition
+               ? 2
+               : 1;
   }
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&stop_signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    if (absl::Status s = (*coordinator)->ReloadIdentities(); !s.ok()) {
+      LOG(ERROR) << "SIGHUP: users file not reloaded (the previous identities stay in force): "
+                 << s;
+    }
+  }
   LOG(INFO) << "received " << (signal_number == SIGTERM ? "SIGTERM" : "SIGINT")
             << "; shutting down";
   (*coordinator)->Shutdown();

@@ -22,6 +22,7 @@ absl::Time GetTime(const google::protobuf::Timestamp& t) {
 }  // namespace
 
 void ToProto(const JobRecord& job, v1::Job* out) {
+  out->set_owner(job.owner);
   out->set_id(job.id);
   out->set_name(job.name);
   out->set_spec_yaml(job.spec_yaml);
@@ -124,7 +125,7 @@ JobState FromProto(v1::JobState state) {
 
 FailureClass FromProto(v1::FailureClass failure) {
   const int value = static_cast<int>(failure);
-  return value >= 1 && value <= 5 ? static_cast<FailureClass>(value) : FailureClass::kUnspecified;
+  return value >= 1 && value <= 7 ? static_cast<FailureClass>(value) : FailureClass::kUnspecified;
 }
 
 Outcome FromProto(v1::Outcome outcome) {

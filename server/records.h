@@ -57,6 +57,7 @@ struct JobRecord {
   absl::Time started_at = absl::UnixEpoch();   // first RUNNING
   absl::Time finished_at = absl::UnixEpoch();  // terminal
   absl::Time active_at = absl::UnixEpoch();    // latest schedule or progress (stall clock)
+  std::string owner;                           // the identity that submitted it ("" before tenancy)
   bool operator==(const JobRecord&) const = default;
 };
 
@@ -96,6 +97,7 @@ struct WorkerRecord {
   absl::Time registered_at = absl::UnixEpoch();
   absl::Time last_heartbeat = absl::UnixEpoch();
   bool lost = false;
+  std::string identity;  // the worker identity that first registered this id
   bool operator==(const WorkerRecord&) const = default;
 };
 

@@ -30,9 +30,9 @@ absl::Status CheckKey(const std::string& key, absl::string_view field) {
 grpc::Status RendezvousServiceImpl::Set(grpc::ServerContext* context,
                                         const v1::SetKeyRequest* request,
                                         v1::SetKeyResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kSet, [&]() -> absl::Status {
+  return guard_->Run(*context, Role::kWorker, kSet, [&](const Identity& caller) -> absl::Status {
     RETURN_IF_ERROR(CheckKey(request->key(), "key"));
-    RETURN_IF_ERROR(manager_->CheckRendezvousScope(request->scope()));
+    RETURN_IF_ERROR(manager_->CheckRendezvousScope(request->scope(), request->worker_id(), caller));
     return store_->Set(request->scope(), request->key(), request->value());
   });
 }
@@ -40,9 +40,9 @@ grpc::Status RendezvousServiceImpl::Set(grpc::ServerContext* context,
 grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* context,
                                         const v1::GetKeyRequest* request,
                                         v1::GetKeyResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kGet, [&]() -> absl::Status {
+  return guard_->Run(*context, Role::kWorker, kGet, [&](const Identity& caller) -> absl::Status {
     RETURN_IF_ERROR(CheckKey(request->key(), "key"));
-    RETURN_IF_ERROR(manager_->CheckRendezvousScope(request->scope()));
+    RETURN_IF_ERROR(manager_->CheckRendezvousScope(request->scope(), request->worker_id(), caller));
     std::optional<std::string> value = store_->Get(request->scope(), request->key());
     response->set_found(value.has_value());
     if (value) response->set_value(std::move(*value));
@@ -53,7 +53,7 @@ grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* context,
 grpc::Status RendezvousServiceImpl::Wait(grpc::ServerContext* context,
                                          const v1::WaitKeysRequest* request,
                                          v1::WaitKeysResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kWait, [&]() -> absl::Status {
+  return guard_->Run(*context, Role::kWorker, kWait, [&](const Identity& caller) -> absl::Status {
     if (request->keys().empty()) return absl::InvalidArgumentError("keys: is required");
     if (request->keys_size() > kMaxWaitKeys) {
       return absl::InvalidArgumentError(absl::StrCat("keys: at most ", kMaxWaitKeys, " per call"));
@@ -63,7 +63,7 @@ grpc::Status RendezvousServiceImpl::Wait(grpc::ServerContext* context,
       return absl::InvalidArgumentError(
           absl::StrCat("timeout_ms: must not be negative (got ", request->timeout_ms(), ")"));
     }
-    RETURN_IF_ERROR(manager_->CheckRendezvousScope(request->scope()));
+    RETURN_IF_ERROR(manager_->CheckRendezvousScope(request->scope(), request->worker_id(), caller));
     const std::vector<std::string> keys(request->keys().begin(), request->keys().end());
     const int timeout_ms = std::min(request->timeout_ms(), kMaxWaitMs);
     response->set_ready(store_->Wait(request->scope(), keys, absl::Milliseconds(timeout_ms),

@@ -1,6 +1,10 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <deque>
+#include <functional>
+#include <queue>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,6 +34,41 @@ std::string FitsClause(const std::vector<std::string>& fitting, int64_t too_smal
   return clause;
 }
 
+// `jobs` (by priority, then FIFO) reordered so that within each priority the
+// owner that holds the fewest workers comes next, each owner's jobs in FIFO
+// order. Counts the workers each pick would take, so that a busy owner's
+// later jobs fall behind others' (a job that ends up waiting costs little:
+// the order only breaks ties). O(n log owners).
+std::vector<SchedulerJob> FairShareOrder(std::vector<SchedulerJob> jobs,
+                                         absl::flat_hash_map<std::string, int64_t> served) {
+  std::vector<SchedulerJob> out;
+  out.reserve(jobs.size());
+  size_t begin = 0;
+  while (begin < jobs.size()) {
+    size_t end = begin;
+    while (end < jobs.size() && jobs[end].priority == jobs[begin].priority) ++end;
+    // Each owner's queue (FIFO) at this priority.
+    absl::flat_hash_map<std::string, std::deque<size_t>> queues;
+    for (size_t i = begin; i < end; ++i) queues[jobs[i].owner].push_back(i);
+    // (workers served, seq of the owner's next job, owner), least served first.
+    using Entry = std::tuple<int64_t, int64_t, std::string>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> next;
+    for (auto& [owner, queue] : queues) next.emplace(served[owner], jobs[queue.front()].seq, owner);
+    while (!next.empty()) {
+      const std::string owner = std::get<2>(next.top());
+      next.pop();
+      std::deque<size_t>& queue = queues[owner];
+      const size_t i = queue.front();
+      queue.pop_front();
+      served[owner] += jobs[i].world_size;
+      out.push_back(std::move(jobs[i]));
+      if (!queue.empty()) next.emplace(served[owner], jobs[queue.front()].seq, owner);
+    }
+    begin = end;
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* WaitCauseName(WaitCause cause) {
@@ -40,16 +79,20 @@ const char* WaitCauseName(WaitCause cause) {
       return "too_few_fitting_workers";
     case WaitCause::kWorkersBusy:
       return "workers_busy";
+    case WaitCause::kQuota:
+      return "quota";
   }
   return "unknown";
 }
 
-ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
-                        const std::vector<SchedulerWorker>& workers) {
+ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<SchedulerWorker>& workers,
+                        const ScheduleLimits& limits) {
   std::stable_sort(jobs.begin(), jobs.end(), [](const SchedulerJob& a, const SchedulerJob& b) {
     if (a.priority != b.priority) return a.priority > b.priority;
     return a.seq < b.seq;
   });
+  absl::flat_hash_map<std::string, int64_t> served = limits.running_workers;
+  jobs = FairShareOrder(std::move(jobs), served);
   // Worker indexes, smallest memory first, stable in the given order.
   std::vector<size_t> order(workers.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -63,6 +106,19 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
   ScheduleResult result;
   for (const SchedulerJob& job : jobs) {
     const std::string device(DeviceKindName(job.device));
+    if (auto quota = limits.max_workers.find(job.owner); quota != limits.max_workers.end()) {
+      const int64_t held = served[job.owner];
+      if (held + job.world_size > quota->second) {
+        result.waiting.push_back(
+            {job.id, WaitCause::kQuota,
+             absl::StrCat("quota: ", job.owner, " runs ", held, " of ", quota->second, " ",
+                          Workers(quota->second),
+                          held < quota->second
+                              ? absl::StrCat(" and this job needs ", job.world_size)
+                              : std::string())});
+        continue;
+      }
+    }
     std::vector<size_t> candidates;
     std::vector<std::string> fitting;  // ids of the workers with enough memory
     int64_t on_device = 0, eligible = 0, busy = 0, held = 0, too_small = 0;
@@ -94,6 +150,7 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
         placement.worker_ids.push_back(workers[candidates[r]].id);
       }
       result.placements.push_back(std::move(placement));
+      served[job.owner] += need;
       continue;
     }
     std::string reason;

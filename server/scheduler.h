@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "kernels/dtype.h"
 
 namespace sbp::server {
@@ -22,6 +23,13 @@ struct SchedulerJob {
   int world_size = 1;
   DeviceKind device = DeviceKind::kCpu;
   int64_t memory_bytes = 0;  // per worker; 0: any
+  std::string owner;         // the identity that submitted it
+};
+
+// What the users already hold and may hold (their quotas).
+struct ScheduleLimits {
+  absl::flat_hash_map<std::string, int64_t> running_workers;  // by owner, before this pass
+  absl::flat_hash_map<std::string, int64_t> max_workers;      // by owner; absent: no limit
 };
 
 // A live worker; `idle` when it runs nothing and may take work now.
@@ -42,10 +50,11 @@ enum class WaitCause {
   kNoWorkers,      // no worker of its device is registered
   kTooFewFitting,  // fewer registered workers with enough memory than it needs
   kWorkersBusy,    // enough fitting workers, not enough of them idle
+  kQuota,          // its owner already runs as many workers as their quota allows
 };
 inline constexpr WaitCause kAllWaitCauses[] = {WaitCause::kNoWorkers, WaitCause::kTooFewFitting,
-                                               WaitCause::kWorkersBusy};
-// "no_workers", "too_few_fitting_workers", "workers_busy".
+                                               WaitCause::kWorkersBusy, WaitCause::kQuota};
+// "no_workers", "too_few_fitting_workers", "workers_busy", "quota".
 const char* WaitCauseName(WaitCause cause);
 
 struct WaitingJob {
@@ -60,9 +69,12 @@ struct ScheduleResult {
   std::vector<WaitingJob> waiting;    // in scheduling order
 };
 
-// Workers are chosen smallest memory first (keeping large ones for large
-// jobs), ties in the order given.
-ScheduleResult Schedule(std::vector<SchedulerJob> jobs,
-                        const std::vector<SchedulerWorker>& workers);
+// Jobs go by priority; among equal priorities the owner holding the fewest
+// workers goes first (fair share), each owner's jobs FIFO. A job whose owner
+// would exceed their max_workers waits ("quota: alice runs 8 of 8 workers")
+// without holding workers for itself. Workers are chosen smallest memory
+// first (keeping large ones for large jobs), ties in the order given.
+ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<SchedulerWorker>& workers,
+                        const ScheduleLimits& limits = {});
 
 }  // namespace sbp::server

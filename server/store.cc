@@ -1,7 +1,13 @@
 #include "server/store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <system_error>
@@ -82,13 +88,40 @@ CREATE TABLE workers (
   state TEXT NOT NULL DEFAULT 'live'
 ) WITHOUT ROWID;
 )sql",
+    // Specs move to their own table: SQLite rewrites a whole row on every
+    // UPDATE, and the jobs row changes with every progress report, while a
+    // spec (up to 64 KiB) never changes after the submit.
+    R"sql(
+CREATE TABLE job_specs (
+  seq INTEGER PRIMARY KEY REFERENCES jobs(seq),
+  spec_yaml TEXT NOT NULL,
+  spec_json TEXT NOT NULL
+);
+INSERT INTO job_specs (seq, spec_yaml, spec_json) SELECT seq, spec_yaml, spec_json FROM jobs;
+ALTER TABLE jobs DROP COLUMN spec_yaml;
+ALTER TABLE jobs DROP COLUMN spec_json;
+)sql",
+    // Tenancy: a job's owner (the identity that submitted it; '' before) and
+    // the identity a worker id is bound to.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+CREATE INDEX jobs_by_owner ON jobs (owner, seq);
+ALTER TABLE workers ADD COLUMN identity TEXT NOT NULL DEFAULT '';
+)sql",
 };
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
+// The columns of `jobs` (j) in RowToJob's order; the spec columns of
+// `job_specs` (s) follow when a query reads them.
 constexpr char kJobColumns[] =
-    "seq, id, name, spec_yaml, spec_json, state, reason, attempt, max_restarts, priority, "
-    "world_size, device, required_memory_bytes, request_id, revision, failure_class, "
-    "last_checkpoint, progress_step, progress_json, worker_ids, last_event_sequence, "
-    "created_at_us, updated_at_us, queued_at_us, started_at_us, finished_at_us, active_at_us";
+    "j.seq, j.id, j.name, j.state, j.reason, j.attempt, j.max_restarts, j.priority, "
+    "j.world_size, j.device, j.required_memory_bytes, j.request_id, j.revision, "
+    "j.failure_class, j.last_checkpoint, j.progress_step, j.progress_json, j.worker_ids, "
+    "j.last_event_sequence, j.created_at_us, j.updated_at_us, j.queued_at_us, "
+    "j.started_at_us, j.finished_at_us, j.active_at_us, j.owner";
+constexpr char kSpecColumns[] = ", s.spec_yaml, s.spec_json";
+constexpr char kJobsWithSpecs[] = " FROM jobs j LEFT JOIN job_specs s ON s.seq = j.seq";
+constexpr char kJobsOnly[] = " FROM jobs j";
 
 int64_t ToMicros(absl::Time t) { return absl::ToUnixMicros(t); }
 absl::Time FromMicros(int64_t us) { return absl::FromUnixMicros(us); }
@@ -162,14 +195,12 @@ std::vector<std::string> StringsFromJson(const std::string& text) {
   return out;
 }
 
-absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s) {
+absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s, bool with_spec) {
   JobRecord job;
   int c = 0;
   job.seq = s.ColumnInt(c++);
   job.id = s.ColumnText(c++);
   job.name = s.ColumnText(c++);
-  job.spec_yaml = s.ColumnText(c++);
-  job.spec_json = s.ColumnText(c++);
   ASSIGN_OR_RETURN(job.state, ParseJobState(s.ColumnText(c++)));
   job.reason = s.ColumnText(c++);
   job.attempt = static_cast<int>(s.ColumnInt(c++));
@@ -192,16 +223,19 @@ absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s) {
   job.started_at = FromMicros(s.ColumnInt(c++));
   job.finished_at = FromMicros(s.ColumnInt(c++));
   job.active_at = FromMicros(s.ColumnInt(c++));
+  job.owner = s.ColumnText(c++);
+  if (with_spec) {
+    job.spec_yaml = s.ColumnText(c++);
+    job.spec_json = s.ColumnText(c++);
+  }
   return job;
 }
 
-// Binds every job column except seq, from index `first`, in kJobColumns order.
-void BindJob(sqlite::Statement& s, const JobRecord& job, int first) {
-  int i = first;
+// Binds the columns of `jobs` but seq, from index 1, in kJobColumns order.
+void BindJob(sqlite::Statement& s, const JobRecord& job) {
+  int i = 1;
   s.Bind(i++, job.id);
   s.Bind(i++, job.name);
-  s.Bind(i++, job.spec_yaml);
-  s.Bind(i++, job.spec_json);
   s.Bind(i++, JobStateName(job.state));
   s.Bind(i++, job.reason);
   s.Bind(i++, int64_t{job.attempt});
@@ -228,6 +262,7 @@ void BindJob(sqlite::Statement& s, const JobRecord& job, int first) {
   s.Bind(i++, ToMicros(job.started_at));
   s.Bind(i++, ToMicros(job.finished_at));
   s.Bind(i++, ToMicros(job.active_at));
+  // The owner is fixed at the submit: InsertJob binds it (?25), UpdateJob never.
 }
 
 AssignmentRecord RowToAssignment(const sqlite::Statement& s) {
@@ -241,7 +276,48 @@ AssignmentRecord RowToAssignment(const sqlite::Statement& s) {
   return a;
 }
 
+// Takes `<path>.lock` for this process: flock(2), so the kernel lets go of it
+// when the process ends in any way, crash included; a second coordinator on
+// the same database is refused here instead of interleaving writes with the
+// first. The holder's pid is written into the file for the message.
+absl::StatusOr<int> LockDatabase(const std::string& path) {
+  const std::string lock_path = path + ".lock";
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open the lock file ", lock_path, ": ", std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[32] = {};
+    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    close(fd);
+    if (error != EWOULDBLOCK) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot lock ", lock_path, ": ", std::strerror(error)));
+    }
+    std::string pid(holder, n > 0 ? static_cast<size_t>(n) : 0);
+    pid.erase(std::remove_if(pid.begin(), pid.end(), [](char c) { return c < '0' || c > '9'; }),
+              pid.end());
+    return absl::FailedPreconditionError(
+        absl::StrCat("the database ", path, " is in use by another sbp-coordinator",
+                     pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"), ", which holds ",
+                     lock_path, "; stop it first, or give this one another --db"));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // Only the message of a later refusal loses the pid; the lock holds.
+  }
+  return fd;
+}
+
 }  // namespace
+
+Store::~Store() {
+  statements_.clear();
+  db_.reset();
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("database path is empty");
@@ -252,8 +328,13 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     return absl::UnavailableError(
         absl::StrCat("creating the directory ", parent.string(), ": ", error.message()));
   }
-  ASSIGN_OR_RETURN(auto db, sqlite::Database::Open(path));
-  std::unique_ptr<Store> store(new Store(std::move(db)));
+  ASSIGN_OR_RETURN(int lock_fd, LockDatabase(path));
+  absl::StatusOr<std::unique_ptr<sqlite::Database>> db = sqlite::Database::Open(path);
+  if (!db.ok()) {
+    close(lock_fd);
+    return db.status();
+  }
+  std::unique_ptr<Store> store(new Store(*std::move(db), lock_fd));
   RETURN_IF_ERROR(Annotate(store->Configure(), absl::StrCat("opening ", path)));
   RETURN_IF_ERROR(Annotate(store->Migrate(), absl::StrCat("migrating ", path)));
   return store;
@@ -327,48 +408,73 @@ absl::StatusOr<sqlite::Statement*> Store::Prepared(absl::string_view sql, absl::
   return it->second.get();
 }
 
-absl::StatusOr<std::vector<JobRecord>> Store::QueryJobs(sqlite::Statement& stmt) {
+absl::StatusOr<std::vector<JobRecord>> Store::QueryJobs(sqlite::Statement& stmt, bool with_spec) {
   std::vector<JobRecord> jobs;
   while (true) {
     ASSIGN_OR_RETURN(bool row, stmt.Step());
     if (!row) break;
-    ASSIGN_OR_RETURN(JobRecord job, RowToJob(stmt));
+    ASSIGN_OR_RETURN(JobRecord job, RowToJob(stmt, with_spec));
     jobs.push_back(std::move(job));
   }
   return jobs;
 }
 
 absl::StatusOr<int64_t> Store::InsertJob(const JobRecord& job) {
-  static const std::string sql = absl::StrCat(
-      "INSERT INTO jobs (", absl::string_view(kJobColumns).substr(5),
-      ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "inserting a job"));
-  BindJob(*s, job, 1);
-  RETURN_IF_ERROR(s->Run());
-  return sqlite3_last_insert_rowid(db_->handle());
+  static const std::string sql =
+      "INSERT INTO jobs (id, name, state, reason, attempt, max_restarts, priority, world_size, "
+      "device, required_memory_bytes, request_id, revision, failure_class, last_checkpoint, "
+      "progress_step, progress_json, worker_ids, last_event_sequence, created_at_us, "
+      "updated_at_us, queued_at_us, started_at_us, finished_at_us, active_at_us, owner) VALUES "
+      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
+      "?20, ?21, ?22, ?23, ?24, ?25)";
+  // Both rows or neither, inside the caller's transaction or not.
+  RETURN_IF_ERROR(db_->Exec("SAVEPOINT insert_job"));
+  absl::StatusOr<int64_t> seq = [&]() -> absl::StatusOr<int64_t> {
+    ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "inserting a job"));
+    BindJob(*s, job);
+    s->Bind(25, job.owner);
+    RETURN_IF_ERROR(s->Run());
+    const int64_t seq = sqlite3_last_insert_rowid(db_->handle());
+    ASSIGN_OR_RETURN(sqlite::Statement * spec,
+                     Prepared("INSERT INTO job_specs (seq, spec_yaml, spec_json) VALUES (?, ?, ?)",
+                              "inserting a job's spec"));
+    spec->Bind(1, seq).Bind(2, job.spec_yaml).Bind(3, job.spec_json);
+    RETURN_IF_ERROR(spec->Run());
+    return seq;
+  }();
+  if (!seq.ok()) {
+    db_->Exec("ROLLBACK TO insert_job").IgnoreError();
+    db_->Exec("RELEASE insert_job").IgnoreError();
+    return seq.status();
+  }
+  RETURN_IF_ERROR(db_->Exec("RELEASE insert_job"));
+  return seq;
 }
 
 absl::Status Store::UpdateJob(const JobRecord& job) {
+  // The fields that change over a job's life. Not the spec, which lives in
+  // job_specs so that this write stays small, nor what else is fixed at the
+  // submit (name, request_id, created_at): setting a column, even to its old
+  // value, makes SQLite rewrite the index entries over it.
   static const std::string sql =
-      "UPDATE jobs SET id = ?1, name = ?2, spec_yaml = ?3, spec_json = ?4, state = ?5, "
-      "reason = ?6, attempt = ?7, max_restarts = ?8, priority = ?9, world_size = ?10, "
-      "device = ?11, required_memory_bytes = ?12, request_id = ?13, revision = ?14, "
-      "failure_class = ?15, last_checkpoint = ?16, progress_step = ?17, progress_json = ?18, "
-      "worker_ids = ?19, last_event_sequence = ?20, created_at_us = ?21, updated_at_us = ?22, "
-      "queued_at_us = ?23, started_at_us = ?24, finished_at_us = ?25, active_at_us = ?26 "
-      "WHERE id = ?1";
+      "UPDATE jobs SET state = ?3, reason = ?4, attempt = ?5, max_restarts = ?6, priority = ?7, "
+      "world_size = ?8, device = ?9, required_memory_bytes = ?10, revision = ?12, "
+      "failure_class = ?13, last_checkpoint = ?14, progress_step = ?15, progress_json = ?16, "
+      "worker_ids = ?17, last_event_sequence = ?18, updated_at_us = ?20, queued_at_us = ?21, "
+      "started_at_us = ?22, finished_at_us = ?23, active_at_us = ?24 WHERE id = ?1";
   ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "updating a job"));
-  BindJob(*s, job, 1);
+  BindJob(*s, job);
   RETURN_IF_ERROR(s->Run());
   if (db_->Changes() == 0) return absl::NotFoundError(absl::StrCat("no job ", job.id));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<JobRecord>> Store::FindJob(absl::string_view id) {
-  static const std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?");
+  static const std::string sql =
+      absl::StrCat("SELECT ", kJobColumns, kSpecColumns, kJobsWithSpecs, " WHERE j.id = ?");
   ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "reading a job"));
   s->Bind(1, id);
-  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, QueryJobs(*s));
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, QueryJobs(*s, /*with_spec=*/true));
   if (jobs.empty()) return std::nullopt;
   return std::move(jobs.front());
 }
@@ -381,40 +487,46 @@ absl::StatusOr<JobRecord> Store::GetJob(absl::string_view id) {
 
 absl::StatusOr<std::optional<JobRecord>> Store::FindJobByRequestId(absl::string_view request_id) {
   static const std::string sql =
-      absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE request_id = ?");
+      absl::StrCat("SELECT ", kJobColumns, kSpecColumns, kJobsWithSpecs, " WHERE j.request_id = ?");
   ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "looking up a request id"));
   s->Bind(1, request_id);
-  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, QueryJobs(*s));
+  ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, QueryJobs(*s, /*with_spec=*/true));
   if (jobs.empty()) return std::nullopt;
   return std::move(jobs.front());
 }
 
 absl::StatusOr<std::vector<JobRecord>> Store::ListJobs(std::vector<JobState> states,
-                                                       int64_t before_seq, int limit) {
+                                                       int64_t before_seq, int limit,
+                                                       bool with_spec,
+                                                       std::optional<std::string> owner) {
   // One statement per set of states, however the caller ordered them.
   std::sort(states.begin(), states.end());
   states.erase(std::unique(states.begin(), states.end()), states.end());
-  std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE seq < ?");
+  std::string sql = with_spec ? absl::StrCat("SELECT ", kJobColumns, kSpecColumns, kJobsWithSpecs)
+                              : absl::StrCat("SELECT ", kJobColumns, kJobsOnly);
+  absl::StrAppend(&sql, " WHERE j.seq < ?");
+  if (owner.has_value()) absl::StrAppend(&sql, " AND j.owner = ?");
   if (!states.empty()) {
     std::vector<std::string> marks(states.size(), "?");
-    absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(marks, ", "), ")");
+    absl::StrAppend(&sql, " AND j.state IN (", absl::StrJoin(marks, ", "), ")");
   }
-  absl::StrAppend(&sql, " ORDER BY seq DESC LIMIT ?");
+  absl::StrAppend(&sql, " ORDER BY j.seq DESC LIMIT ?");
   ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "listing jobs"));
   int i = 1;
   s->Bind(i++, before_seq > 0 ? before_seq : std::numeric_limits<int64_t>::max());
+  if (owner.has_value()) s->Bind(i++, *owner);
   for (JobState state : states) s->Bind(i++, JobStateName(state));
   s->Bind(i++, int64_t{limit});
-  return QueryJobs(*s);
+  return QueryJobs(*s, with_spec);
 }
 
 absl::StatusOr<std::vector<JobRecord>> Store::ActiveJobs() {
   static const std::string sql =
-      absl::StrCat("SELECT ", kJobColumns,
-                   " FROM jobs WHERE state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
-                   "ORDER BY seq ASC");
+      absl::StrCat("SELECT ", kJobColumns, kSpecColumns, kJobsWithSpecs,
+                   " WHERE j.state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED') "
+                   "ORDER BY j.seq ASC");
   ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "loading active jobs"));
-  return QueryJobs(*s);
+  return QueryJobs(*s, /*with_spec=*/true);
 }
 
 absl::StatusOr<std::map<JobState, int64_t>> Store::CountJobsByState() {
@@ -539,9 +651,10 @@ absl::Status Store::UpsertWorker(const WorkerRecord& w) {
   ASSIGN_OR_RETURN(
       sqlite::Statement * s,
       Prepared("INSERT INTO workers (id, name, device, memory_bytes, version, registered_at_us, "
-               "last_heartbeat_us, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+               "last_heartbeat_us, state, identity) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
                "ON CONFLICT (id) DO UPDATE SET name = ?2, device = ?3, memory_bytes = ?4, "
-               "version = ?5, registered_at_us = ?6, last_heartbeat_us = ?7, state = ?8",
+               "version = ?5, registered_at_us = ?6, last_heartbeat_us = ?7, state = ?8, "
+               "identity = ?9",
                "saving a worker"));
   s->Bind(1, w.id)
       .Bind(2, w.name)
@@ -550,14 +663,15 @@ absl::Status Store::UpsertWorker(const WorkerRecord& w) {
       .Bind(5, w.version)
       .Bind(6, ToMicros(w.registered_at))
       .Bind(7, ToMicros(w.last_heartbeat))
-      .Bind(8, absl::string_view(w.lost ? "lost" : "live"));
+      .Bind(8, absl::string_view(w.lost ? "lost" : "live"))
+      .Bind(9, w.identity);
   return s->Run();
 }
 
 absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
   ASSIGN_OR_RETURN(sqlite::Statement * s,
                    Prepared("SELECT id, name, device, memory_bytes, version, registered_at_us, "
-                            "last_heartbeat_us, state FROM workers ORDER BY id",
+                            "last_heartbeat_us, state, identity FROM workers ORDER BY id",
                             "listing workers"));
   std::vector<WorkerRecord> out;
   while (true) {
@@ -572,6 +686,7 @@ absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
     w.registered_at = FromMicros(s->ColumnInt(5));
     w.last_heartbeat = FromMicros(s->ColumnInt(6));
     w.lost = s->ColumnText(7) == "lost";
+    w.identity = s->ColumnText(8);
     out.push_back(std::move(w));
   }
   return out;

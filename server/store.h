@@ -1,5 +1,7 @@
 // The coordinator's durable state in one SQLite file: WAL journal,
-// synchronous=FULL, a versioned schema migrated on open. Writes happen inside
+// synchronous=FULL, a versioned schema migrated on open. One process at a
+// time: Open takes an exclusive flock on `<path>.lock`, held until the Store
+// is destroyed or the process ends. Writes happen inside
 // a transaction from Begin() so that a state change and its event row commit
 // together. The store maps rows to the plain records of records.h and nothing
 // more; it is not thread-safe (the job manager serializes access).
@@ -24,11 +26,15 @@ namespace sbp::server {
 class Store {
  public:
   // The schema version this build writes.
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens or creates the database at `path` (and its directory) and migrates
-  // it to kSchemaVersion.
+  // it to kSchemaVersion. FailedPrecondition naming the file when another
+  // Store (in any process) has it open.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
 
   absl::StatusOr<int> SchemaVersion();
   absl::StatusOr<sqlite::Transaction> Begin();
@@ -36,14 +42,20 @@ class Store {
   // Jobs. InsertJob fills nothing in: the caller sets every field but `seq`,
   // which it returns. A clash on id or request_id is AlreadyExists.
   absl::StatusOr<int64_t> InsertJob(const JobRecord& job);
-  absl::Status UpdateJob(const JobRecord& job);  // by id; NotFound when absent
+  // By id; NotFound when absent. Writes what changes over a job's life: not
+  // the spec (spec_yaml, spec_json, kept apart from the row that progress
+  // rewrites), name, request_id or created_at, which InsertJob fixed.
+  absl::Status UpdateJob(const JobRecord& job);
   absl::StatusOr<JobRecord> GetJob(absl::string_view id);
   absl::StatusOr<std::optional<JobRecord>> FindJob(absl::string_view id);
   absl::StatusOr<std::optional<JobRecord>> FindJobByRequestId(absl::string_view request_id);
   // Newest first: jobs with seq < before_seq (0: no bound) whose state is in
-  // `states` (empty: any), at most `limit`.
+  // `states` (empty: any), at most `limit`. Without `with_spec` the specs
+  // are not read (spec_yaml and spec_json stay empty).
+  // `owner`: only that identity's jobs.
   absl::StatusOr<std::vector<JobRecord>> ListJobs(std::vector<JobState> states, int64_t before_seq,
-                                                  int limit);
+                                                  int limit, bool with_spec = true,
+                                                  std::optional<std::string> owner = std::nullopt);
   // Every job not SUCCEEDED, FAILED or CANCELLED, oldest first.
   absl::StatusOr<std::vector<JobRecord>> ActiveJobs();
   absl::StatusOr<std::map<JobState, int64_t>> CountJobsByState();
@@ -64,14 +76,16 @@ class Store {
   absl::StatusOr<std::vector<WorkerRecord>> ListWorkers();
 
  private:
-  explicit Store(std::unique_ptr<sqlite::Database> db) : db_(std::move(db)) {}
+  Store(std::unique_ptr<sqlite::Database> db, int lock_fd)
+      : db_(std::move(db)), lock_fd_(lock_fd) {}
   absl::Status Configure();
   absl::Status Migrate();
   // A cached prepared statement for `sql`, reset and ready to bind.
   absl::StatusOr<sqlite::Statement*> Prepared(absl::string_view sql, absl::string_view what);
-  absl::StatusOr<std::vector<JobRecord>> QueryJobs(sqlite::Statement& stmt);
+  absl::StatusOr<std::vector<JobRecord>> QueryJobs(sqlite::Statement& stmt, bool with_spec);
 
   std::unique_ptr<sqlite::Database> db_;
+  int lock_fd_ = -1;
   absl::flat_hash_map<std::string, std::unique_ptr<sqlite::Statement>> statements_;
 };
 

@@ -19,6 +19,20 @@ std::vector<WatchHub::Snapshot> WatchHub::Subscription::Next(absl::Duration time
   return out;
 }
 
+std::vector<WatchHub::Snapshot> WatchHub::Subscription::Take() {
+  absl::MutexLock lock(&hub_->mu_);
+  std::vector<Snapshot> out(std::make_move_iterator(queue_.begin()),
+                            std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  return out;
+}
+
+void WatchHub::Subscription::SetListener(std::function<void()> listener) {
+  auto shared = std::make_shared<const std::function<void()>>(std::move(listener));
+  absl::MutexLock lock(&hub_->mu_);
+  listener_ = std::move(shared);
+}
+
 bool WatchHub::Subscription::closed() const {
   absl::MutexLock lock(&hub_->mu_);
   return hub_->shutdown_;
@@ -43,23 +57,35 @@ void WatchHub::Unsubscribe(Subscription* subscription) {
 }
 
 void WatchHub::Publish(const JobRecord& job) {
-  absl::MutexLock lock(&mu_);
-  auto it = watchers_.find(job.id);
-  if (it == watchers_.end()) return;
-  auto snapshot = std::make_shared<const JobRecord>(job);
-  for (Subscription* sub : it->second) {
-    if (sub->queue_.size() >= kMaxQueued) sub->queue_.pop_front();
-    sub->queue_.push_back(snapshot);
-    sub->cv_.Signal();
+  std::vector<std::shared_ptr<const std::function<void()>>> listeners;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = watchers_.find(job.id);
+    if (it == watchers_.end()) return;
+    auto snapshot = std::make_shared<const JobRecord>(job);
+    for (Subscription* sub : it->second) {
+      if (sub->queue_.size() >= kMaxQueued) sub->queue_.pop_front();
+      sub->queue_.push_back(snapshot);
+      sub->cv_.Signal();
+      if (sub->listener_ != nullptr) listeners.push_back(sub->listener_);
+    }
   }
+  for (const auto& listener : listeners) (*listener)();
 }
 
 void WatchHub::Shutdown() {
-  absl::MutexLock lock(&mu_);
-  shutdown_ = true;
-  for (auto& [id, list] : watchers_) {
-    for (Subscription* sub : list) sub->cv_.SignalAll();
+  std::vector<std::shared_ptr<const std::function<void()>>> listeners;
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+    for (auto& [id, list] : watchers_) {
+      for (Subscription* sub : list) {
+        sub->cv_.SignalAll();
+        if (sub->listener_ != nullptr) listeners.push_back(sub->listener_);
+      }
+    }
   }
+  for (const auto& listener : listeners) (*listener)();
 }
 
 size_t WatchHub::watcher_count() const {

@@ -4,9 +4,13 @@
 // one hash lookup per change. A watcher that falls far behind keeps only the
 // newest snapshots (each is complete, so nothing but intermediate progress
 // is lost).
+//
+// A subscriber either waits in Next() (one thread per subscriber) or sets a
+// listener and takes snapshots when told (callback streams: no thread).
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,7 +35,14 @@ class WatchHub {
     // Snapshots published since the last call, oldest first; waits up to
     // `timeout` when there are none. Empty after a timeout or a shutdown.
     std::vector<Snapshot> Next(absl::Duration timeout);
+    // Snapshots published since the last call, without waiting.
+    std::vector<Snapshot> Take();
     bool closed() const;
+    // `listener` runs after each Publish that queued a snapshot here and at
+    // Shutdown, on the publishing thread, without the hub's lock held. It
+    // must not block, and may run once more after the subscription is gone
+    // (it must not reach this object).
+    void SetListener(std::function<void()> listener);
 
    private:
     friend class WatchHub;
@@ -40,6 +51,7 @@ class WatchHub {
     std::string job_id_;
     std::deque<Snapshot> queue_;  // guarded by hub_->mu_
     absl::CondVar cv_;
+    std::shared_ptr<const std::function<void()>> listener_;  // guarded by hub_->mu_
   };
 
   static constexpr size_t kMaxQueued = 256;

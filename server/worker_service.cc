@@ -1,6 +1,7 @@
 #include "server/worker_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "proto/device_kind.h"
 #include "server/proto_convert.h"
 
@@ -25,88 +26,106 @@ absl::Status CheckRank(int rank) {
   return absl::InvalidArgumentError(absl::StrCat("rank: must not be negative (got ", rank, ")"));
 }
 
+// The attempt a worker reports it is training, if it reports one.
+std::optional<AttemptKey> RunningAttempt(bool present, const v1::AttemptRef& ref) {
+  if (!present || ref.job_id().empty()) return std::nullopt;
+  return AttemptKey{ref.job_id(), ref.attempt()};
+}
+
 }  // namespace
 
 grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
                                          const v1::RegisterWorkerRequest* request,
                                          v1::RegisterWorkerResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kRegister, [&]() -> absl::Status {
-    RegisterRequest r;
-    absl::StatusOr<DeviceKind> device = DeviceKindFromProto(request->device(), "device");
-    if (!device.ok()) return device.status();
-    r.device = *device;
-    r.worker_id = request->worker_id();
-    r.name = request->name();
-    r.memory_bytes = request->memory_bytes();
-    r.version = request->version();
-    absl::StatusOr<Registration> registration = manager_->Register(r);
-    if (!registration.ok()) return registration.status();
-    response->set_worker_id(registration->worker_id);
-    response->set_lease_seconds(registration->lease_seconds);
-    response->set_heartbeat_seconds(registration->heartbeat_seconds);
-    return absl::OkStatus();
-  });
+  return guard_->Run(
+      *context, Role::kWorker, kRegister, [&](const Identity& caller) -> absl::Status {
+        RegisterRequest r;
+        absl::StatusOr<DeviceKind> device = DeviceKindFromProto(request->device(), "device");
+        if (!device.ok()) return device.status();
+        r.device = *device;
+        r.worker_id = request->worker_id();
+        r.name = request->name();
+        r.memory_bytes = request->memory_bytes();
+        r.version = request->version();
+        r.running = RunningAttempt(request->has_running(), request->running());
+        r.identity = caller.name;
+        absl::StatusOr<Registration> registration = manager_->Register(r);
+        if (!registration.ok()) return registration.status();
+        response->set_worker_id(registration->worker_id);
+        response->set_lease_seconds(registration->lease_seconds);
+        response->set_heartbeat_seconds(registration->heartbeat_seconds);
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
                                           const v1::HeartbeatRequest* request,
                                           v1::HeartbeatResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kHeartbeat, [&]() -> absl::Status {
-    absl::StatusOr<HeartbeatResult> result =
-        manager_->Heartbeat(request->worker_id(), FromProto(request->memory()));
-    if (!result.ok()) return result.status();
-    response->set_registered(result->registered);
-    for (const AttemptKey& stop : result->stop_attempts) {
-      v1::AttemptRef* ref = response->add_stop_attempts();
-      ref->set_job_id(stop.job_id);
-      ref->set_attempt(stop.attempt);
-    }
-    return absl::OkStatus();
-  });
+  return guard_->Run(
+      *context, Role::kWorker, kHeartbeat, [&](const Identity& caller) -> absl::Status {
+        RETURN_IF_ERROR(manager_->CheckWorkerIdentity(request->worker_id(), caller));
+        absl::StatusOr<HeartbeatResult> result = manager_->Heartbeat(
+            request->worker_id(), RunningAttempt(request->has_running(), request->running()),
+            FromProto(request->memory()));
+        if (!result.ok()) return result.status();
+        response->set_registered(result->registered);
+        for (const AttemptKey& stop : result->stop_attempts) {
+          v1::AttemptRef* ref = response->add_stop_attempts();
+          ref->set_job_id(stop.job_id);
+          ref->set_attempt(stop.attempt);
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status WorkerServiceImpl::GetAssignment(grpc::ServerContext* context,
                                               const v1::GetAssignmentRequest* request,
                                               v1::GetAssignmentResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kGetAssignment, [&]() -> absl::Status {
-    if (request->wait_seconds() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("wait_seconds: must not be negative (got ", request->wait_seconds(), ")"));
-    }
-    absl::StatusOr<std::optional<AssignmentView>> assignment =
-        manager_->GetAssignment(request->worker_id(), absl::Seconds(request->wait_seconds()),
-                                [context] { return context->IsCancelled(); });
-    if (!assignment.ok()) return assignment.status();
-    if (assignment->has_value()) ToProto(**assignment, response->mutable_assignment());
-    return absl::OkStatus();
-  });
+  return guard_->Run(
+      *context, Role::kWorker, kGetAssignment, [&](const Identity& caller) -> absl::Status {
+        RETURN_IF_ERROR(manager_->CheckWorkerIdentity(request->worker_id(), caller));
+        if (request->wait_seconds() < 0) {
+          return absl::InvalidArgumentError(absl::StrCat("wait_seconds: must not be negative (got ",
+                                                         request->wait_seconds(), ")"));
+        }
+        absl::StatusOr<std::optional<AssignmentView>> assignment =
+            manager_->GetAssignment(request->worker_id(), absl::Seconds(request->wait_seconds()),
+                                    [context] { return context->IsCancelled(); });
+        if (!assignment.ok()) return assignment.status();
+        if (assignment->has_value()) ToProto(**assignment, response->mutable_assignment());
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* context,
                                                const v1::ReportProgressRequest* request,
                                                v1::ReportProgressResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kReportProgress, [&]() -> absl::Status {
-    if (absl::Status s = Required(request->worker_id(), "worker_id"); !s.ok()) return s;
-    if (absl::Status s = CheckRank(request->rank()); !s.ok()) return s;
-    ProgressReport report;
-    report.worker_id = request->worker_id();
-    report.job_id = request->job_id();
-    report.attempt = request->attempt();
-    report.rank = request->rank();
-    report.progress = FromProto(request->progress());
-    report.checkpoint = request->checkpoint();
-    report.message = request->message();
-    absl::StatusOr<bool> cancel = manager_->ReportProgress(report);
-    if (!cancel.ok()) return cancel.status();
-    response->set_cancel_requested(*cancel);
-    return absl::OkStatus();
-  });
+  return guard_->Run(*context, Role::kWorker, kReportProgress,
+                     [&](const Identity& caller) -> absl::Status {
+                       RETURN_IF_ERROR(manager_->CheckWorkerIdentity(request->worker_id(), caller));
+                       if (absl::Status s = Required(request->worker_id(), "worker_id"); !s.ok())
+                         return s;
+                       if (absl::Status s = CheckRank(request->rank()); !s.ok()) return s;
+                       ProgressReport report;
+                       report.worker_id = request->worker_id();
+                       report.job_id = request->job_id();
+                       report.attempt = request->attempt();
+                       report.rank = request->rank();
+                       report.progress = FromProto(request->progress());
+                       report.checkpoint = request->checkpoint();
+                       report.message = request->message();
+                       absl::StatusOr<bool> cancel = manager_->ReportProgress(report);
+                       if (!cancel.ok()) return cancel.status();
+                       response->set_cancel_requested(*cancel);
+                       return absl::OkStatus();
+                     });
 }
 
 grpc::Status WorkerServiceImpl::Finish(grpc::ServerContext* context,
                                        const v1::FinishRequest* request,
                                        v1::FinishResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kFinish, [&]() -> absl::Status {
+  return guard_->Run(*context, Role::kWorker, kFinish, [&](const Identity& caller) -> absl::Status {
+    RETURN_IF_ERROR(manager_->CheckWorkerIdentity(request->worker_id(), caller));
     if (absl::Status s = Required(request->worker_id(), "worker_id"); !s.ok()) return s;
     if (absl::Status s = CheckRank(request->rank()); !s.ok()) return s;
     FinishReport report;

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Validates Kubernetes manifests: every object against the Kubernetes JSON
 schemas of one version (kubernetes-validate, strict: unknown fields are
-errors), custom resources against the committed schemas in schemas/, then a
-few cross-object checks the schemas cannot make (selectors match pod labels,
-every volumeMount has a volume, named ports exist, no --flag is given twice).
+errors), custom resources (ServiceMonitor, cert-manager's Issuer and
+Certificate: their CRDs are not in the Kubernetes schemas) against the
+committed schemas in schemas/, then a few cross-object checks the schemas
+cannot make (selectors match pod labels, every volumeMount has a volume, named
+ports exist, no --flag is given twice, a NetworkPolicy selects pods of these
+manifests and names only ports they declare).
 
   validate_manifests.py --kubernetes-version 1.31 [--resolve-secrets] FILE...
 
@@ -26,6 +29,8 @@ SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas")
 # (apiVersion, kind) -> committed JSON schema of a custom resource.
 CUSTOM_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
+    ("cert-manager.io/v1", "Certificate"): "certificate-cert-manager-v1.json",
+    ("cert-manager.io/v1", "Issuer"): "issuer-cert-manager-v1.json",
 }
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
 
@@ -91,6 +96,41 @@ def secret_errors(obj, all_objects):
     return errors
 
 
+def selects(selector, labels):
+    """Whether a LabelSelector (matchLabels, matchExpressions) matches labels."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        if (op == "In" and labels.get(key) not in values or
+                op == "NotIn" and labels.get(key) in values or
+                op == "Exists" and key not in labels or
+                op == "DoesNotExist" and key in labels):
+            return False
+    return True
+
+
+def network_policy_errors(obj, all_objects):
+    """The policy selects workloads of these manifests, and every named port
+    of its ingress rules is a container port of each of them."""
+    errors = []
+    selector = obj["spec"].get("podSelector") or {}
+    pods = [o for o in all_objects if o["kind"] in WORKLOADS and o["kind"] != "Job" and
+            selects(selector, pod_labels(o))]
+    if not pods:
+        errors.append(f"spec.podSelector {selector} selects no workload in these manifests")
+    for i, rule in enumerate(obj["spec"].get("ingress") or []):
+        for port in rule.get("ports") or []:
+            name = port.get("port")
+            for w in pods:
+                declared = {cp.get("name") for c in pod_spec(w).get("containers", [])
+                            for cp in c.get("ports", [])}
+                if isinstance(name, str) and name not in declared:
+                    errors.append(f"spec.ingress[{i}]: port {name} is not a container port of "
+                                  f"{name_of(w)}")
+    return errors
+
+
 def cross_errors(obj, all_objects):
     errors = []
     spec = pod_spec(obj)
@@ -117,6 +157,8 @@ def cross_errors(obj, all_objects):
                     if isinstance(port, str) and port not in ports:
                         errors.append(f"container {c['name']}: {probe} names port {port}, "
                                       f"which the container does not declare")
+    if obj["kind"] == "NetworkPolicy":
+        errors += network_policy_errors(obj, all_objects)
     if obj["kind"] == "Service" and obj["spec"].get("selector"):
         selector = obj["spec"]["selector"]
         pods = [o for o in all_objects if pod_spec(o) is not None and o["kind"] != "Pod" and

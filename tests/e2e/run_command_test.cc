@@ -31,6 +31,30 @@ TEST_F(RunCommandTest, RunsATinyJobToSuccess) {
   EXPECT_TRUE(fs::exists(c.dir() / "runs/tiny/checkpoints/step-00000004"));
 }
 
+// Without checkpoint.dir every job has a run directory of its own: the same
+// spec run twice trains twice from step 1, and never resumes the first run.
+TEST_F(RunCommandTest, TheSameSpecTwiceTrainsTwiceFromStepOne) {
+  Cluster& c = *cluster_;
+  std::string spec = c.Spec("again", 3, 4, 3);
+  spec.replace(spec.find(", dir: runs/again"), 17, "");
+  c.WriteSpec("again", spec);
+  for (int i = 0; i < 2; ++i) {
+    const CommandResult r = RunCommand(SbpRun() + " again.yaml", c.dir());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  std::vector<fs::path> runs;
+  for (const auto& entry : fs::directory_iterator(c.dir() / "runs")) {
+    if (entry.path().filename().string().rfind("again-", 0) == 0) runs.push_back(entry.path());
+  }
+  ASSERT_EQ(runs.size(), 2u);
+  for (const fs::path& run : runs) {
+    const std::string metrics = ReadAll((run / "metrics.jsonl").string());
+    EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 3) << run;
+    const auto first = nlohmann::json::parse(metrics.substr(0, metrics.find('\n')), nullptr, false);
+    EXPECT_EQ(first.value("step", -1), 1) << run << ": " << metrics;
+  }
+}
+
 TEST_F(RunCommandTest, TwoWorkersAndAKeptStateDirectory) {
   Cluster& c = *cluster_;
   c.WriteSpec("two", c.Spec("two", 3, 2, 0));

@@ -230,5 +230,33 @@ TEST(Admission, ChunksTooLargeForTheWorkerGetSmallerOnes) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("smaller chunks: streambp.chunk_tokens: "));
 }
 
+// The search for suggestions runs under the job manager's lock, so its work
+// per submit is bounded: 16M-token jobs of every preset model, in a baseline
+// mode and in stream mode, against workers from tiny to huge (the longer a
+// sequence fits, the longer the seq_len searches) are decided quickly.
+TEST(Admission, PlannerWorkPerSubmitIsBounded) {
+  absl::Duration slowest;
+  for (const std::string& model : PresetNames()) {
+    for (const char* mode : {"full", "stream"}) {
+      for (int64_t memory : {int64_t{64} << 20, 4 * kGiB, 256 * kGiB}) {
+        const JobSpec spec = MustParse(
+            absl::StrCat("name: hopeless\nmodel: ", model, "\ndata: d.jsonl\nobjective: dpo\n",
+                         "seq_len: 16000000\nstreambp: {mode: ", mode,
+                         "}\nresources: {world_size: 1, device: cpu}\n"));
+        const AdmissionPlan plan = PlanAdmission(spec, "");
+        ASSERT_TRUE(plan.planned) << plan.note;
+        const absl::Time start = absl::Now();
+        const absl::Status status = CheckAdmission(spec, plan, {{"w", DeviceKind::kCpu, memory}});
+        const absl::Duration took = absl::Now() - start;
+        slowest = std::max(slowest, took);
+        EXPECT_TRUE(status.ok() || status.code() == absl::StatusCode::kResourceExhausted) << status;
+        EXPECT_LT(took, absl::Milliseconds(600))
+            << model << " " << mode << " " << memory << ": " << status.message();
+      }
+    }
+  }
+  std::printf("{\"slowest_check_admission_seconds\": %.3f}\n", absl::ToDoubleSeconds(slowest));
+}
+
 }  // namespace
 }  // namespace sbp::server::testing

@@ -92,5 +92,21 @@ TEST(JobStateTest, OutOfMemoryAndBadInputAreNotRetried) {
             std::string::npos);
 }
 
+TEST(JobStateTest, DivergedIsNotRetriedAndStorageIs) {
+  FailureDecision diverged =
+      DecideOnFailure(FailureClass::kDiverged, 1, 3, "diverged at step 2", "runs/x/step-1");
+  EXPECT_EQ(diverged.next, S::kFailed);
+  EXPECT_NE(diverged.reason.find("a diverged run is not retried"), std::string::npos);
+  EXPECT_NE(diverged.reason.find("resume_from"), std::string::npos);
+  FailureDecision storage =
+      DecideOnFailure(FailureClass::kStorage, 1, 3, "No space left on device", "runs/x/step-4");
+  EXPECT_EQ(storage.next, S::kRetrying);
+  EXPECT_NE(storage.reason.find("from checkpoint runs/x/step-4"), std::string::npos);
+  EXPECT_TRUE(IsRetryable(FailureClass::kStorage));
+  EXPECT_FALSE(IsRetryable(FailureClass::kDiverged));
+  EXPECT_EQ(FailureClassName(FailureClass::kStorage), "STORAGE");
+  EXPECT_EQ(*ParseFailureClass("DIVERGED"), FailureClass::kDiverged);
+}
+
 }  // namespace
 }  // namespace sbp::server

@@ -102,9 +102,11 @@ TEST_F(RecoveryTest, SigkillLosesNothingAndWorkersComeBack) {
     }
   });
 
-  // Every job and every event survived the SIGKILL.
+  // Every job (with its spec) and every event survived the SIGKILL.
   v1::ListJobsResponse list;
-  ASSERT_TRUE(client_->List(v1::ListJobsRequest(), &list).ok());
+  v1::ListJobsRequest with_spec;
+  with_spec.set_with_spec(true);
+  ASSERT_TRUE(client_->List(with_spec, &list).ok());
   ASSERT_EQ(list.jobs_size(), 5);
   for (const v1::Job& job : list.jobs()) {
     const v1::Job& old = before[job.id()];

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -349,6 +350,178 @@ TEST(StoreTest, SurvivesSigkillOfAWriter) {
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), "ok");
   sqlite3_finalize(stmt);
   sqlite3_close(raw);
+}
+
+// One process at a time per database: a second Store on the same file is
+// refused (in this process or another) with a message naming the file, and
+// the lock goes with its holder, also when the holder is SIGKILLed.
+TEST(StoreTest, SecondOpenOfTheSameFileIsRefused) {
+  const auto dir = FreshDir("store_lock");
+  const std::string path = (dir / "c.db").string();
+  {
+    auto first = MustOpen(path);
+    ASSERT_NE(first, nullptr);
+    absl::StatusOr<std::unique_ptr<Store>> second = Store::Open(path);
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(second.status().message(),
+              absl::StrCat("the database ", path, " is in use by another sbp-coordinator (pid ",
+                           getpid(), "), which holds ", path,
+                           ".lock; stop it first, or give this one another --db"));
+  }
+  // Released with the Store.
+  { ASSERT_NE(MustOpen(path), nullptr); }
+
+  // Held by another process until it dies.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ready[0]);
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    const char byte = store.ok() ? 'y' : 'n';
+    if (write(ready[1], &byte, 1) != 1) _exit(3);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1);
+  close(ready[0]);
+  ASSERT_EQ(byte, 'y');
+  absl::StatusOr<std::unique_ptr<Store>> refused = Store::Open(path);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(absl::StrCat("(pid ", child, ")")), std::string::npos)
+      << refused.status();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_NE(MustOpen(path), nullptr);
+}
+
+// The spec is written once: updates (progress, state) leave it alone, and it
+// does not live in the row they rewrite, so an update stays a page or two of
+// WAL however long the spec is.
+TEST(StoreTest, UpdatesDoNotRewriteTheSpec) {
+  const auto dir = FreshDir("store_spec");
+  const std::string path = (dir / "c.db").string();
+  auto store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  JobRecord job = MakeJob("long-spec");
+  job.spec_yaml = "name: long-spec\n# " + std::string(60 * 1024, 'x') + "\n";
+  job.spec_json = R"({"name":"long-spec"})";
+  ASSERT_TRUE(Submit(*store, job).ok());
+
+  JobRecord changed = *store->GetJob(job.id);
+  changed.spec_yaml = "name: something else\n";
+  changed.spec_json = "{}";
+  changed.state = JobState::kRunning;
+  ASSERT_TRUE(store->UpdateJob(changed).ok());
+  JobRecord loaded = *store->GetJob(job.id);
+  EXPECT_EQ(loaded.state, JobState::kRunning);
+  EXPECT_EQ(loaded.spec_yaml, job.spec_yaml);
+  EXPECT_EQ(loaded.spec_json, job.spec_json);
+
+  const std::string wal = path + "-wal";
+  const uintmax_t before = std::filesystem::file_size(wal);
+  constexpr int kUpdates = 40;
+  for (int step = 1; step <= kUpdates; ++step) {
+    absl::StatusOr<sqlite::Transaction> tx = store->Begin();
+    ASSERT_TRUE(tx.ok());
+    loaded.progress.step = step;
+    loaded.revision += 1;
+    ASSERT_TRUE(store->UpdateJob(loaded).ok());
+    ASSERT_TRUE(tx->Commit().ok());
+  }
+  const uintmax_t growth = std::filesystem::file_size(wal) - before;
+  std::printf("{\"wal_bytes_per_update\": %ju}\n", growth / kUpdates);
+  // Rewriting the 60 KiB spec would add at least kUpdates * 60 KiB.
+  EXPECT_LT(growth, uintmax_t{kUpdates} * 12 * 1024) << growth << " bytes of WAL";
+  EXPECT_EQ(store->GetJob(job.id)->progress.step, kUpdates);
+  EXPECT_EQ(store->GetJob(job.id)->spec_yaml, job.spec_yaml);
+
+  // The jobs table has no spec column at all.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(raw, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name LIKE 'spec%'",
+                     -1, &stmt, nullptr);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(raw);
+}
+
+TEST(StoreTest, ListReadsSpecsOnlyWhenAsked) {
+  const auto dir = FreshDir("store_list_spec");
+  auto store = MustOpen((dir / "c.db").string());
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Submit(*store, MakeJob(absl::StrCat("j", i))).ok());
+  std::vector<JobRecord> bare = *store->ListJobs({}, 0, 10, /*with_spec=*/false);
+  ASSERT_EQ(bare.size(), 3u);
+  for (const JobRecord& job : bare) {
+    EXPECT_EQ(job.spec_yaml, "");
+    EXPECT_EQ(job.spec_json, "");
+    EXPECT_EQ(job.name, "tiny");
+  }
+  std::vector<JobRecord> full = *store->ListJobs({JobState::kPending}, 0, 10, /*with_spec=*/true);
+  ASSERT_EQ(full.size(), 3u);
+  for (const JobRecord& job : full) EXPECT_EQ(job.spec_yaml, "name: tiny\n");
+}
+
+// A database written by schema 1 (specs inside the jobs row) opens with its
+// jobs and their specs intact.
+TEST(StoreTest, MigratesSchemaOneSpecsToTheirTable) {
+  const auto dir = FreshDir("store_v1");
+  const std::string path = (dir / "c.db").string();
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  const char* v1 = R"sql(
+CREATE TABLE schema_version (version INTEGER NOT NULL, applied_at_us INTEGER NOT NULL);
+INSERT INTO schema_version VALUES (1, 0);
+CREATE TABLE jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, name TEXT NOT NULL,
+  spec_yaml TEXT NOT NULL, spec_json TEXT NOT NULL, state TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '', attempt INTEGER NOT NULL DEFAULT 0,
+  max_restarts INTEGER NOT NULL DEFAULT 0, priority INTEGER NOT NULL DEFAULT 0,
+  world_size INTEGER NOT NULL DEFAULT 1, device TEXT NOT NULL DEFAULT 'cpu',
+  required_memory_bytes INTEGER NOT NULL DEFAULT 0, request_id TEXT UNIQUE,
+  revision INTEGER NOT NULL DEFAULT 0, failure_class TEXT NOT NULL DEFAULT '',
+  last_checkpoint TEXT NOT NULL DEFAULT '', progress_step INTEGER NOT NULL DEFAULT 0,
+  progress_json TEXT NOT NULL DEFAULT '{}', worker_ids TEXT NOT NULL DEFAULT '[]',
+  last_event_sequence INTEGER NOT NULL DEFAULT 0, created_at_us INTEGER NOT NULL DEFAULT 0,
+  updated_at_us INTEGER NOT NULL DEFAULT 0, queued_at_us INTEGER NOT NULL DEFAULT 0,
+  started_at_us INTEGER NOT NULL DEFAULT 0, finished_at_us INTEGER NOT NULL DEFAULT 0,
+  active_at_us INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX jobs_by_state ON jobs(state, seq);
+CREATE TABLE job_events (job_id TEXT NOT NULL, sequence INTEGER NOT NULL,
+  time_us INTEGER NOT NULL, from_state TEXT NOT NULL, to_state TEXT NOT NULL,
+  attempt INTEGER NOT NULL, reason TEXT NOT NULL DEFAULT '', message TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, sequence)) WITHOUT ROWID;
+CREATE TABLE assignments (job_id TEXT NOT NULL, attempt INTEGER NOT NULL, rank INTEGER NOT NULL,
+  worker_id TEXT NOT NULL, active INTEGER NOT NULL DEFAULT 1, outcome TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, attempt, rank)) WITHOUT ROWID;
+CREATE INDEX assignments_active ON assignments(active, worker_id);
+CREATE TABLE workers (id TEXT PRIMARY KEY, name TEXT NOT NULL, device TEXT NOT NULL,
+  memory_bytes INTEGER NOT NULL, version TEXT NOT NULL DEFAULT '',
+  registered_at_us INTEGER NOT NULL DEFAULT 0, last_heartbeat_us INTEGER NOT NULL DEFAULT 0,
+  state TEXT NOT NULL DEFAULT 'live') WITHOUT ROWID;
+INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step)
+  VALUES ('old-1', 'old', 'name: old' || char(10), '{"name":"old"}', 'RUNNING', 7);
+)sql";
+  ASSERT_EQ(sqlite3_exec(raw, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+
+  auto store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), Store::kSchemaVersion);
+  JobRecord old = *store->GetJob("old-1");
+  EXPECT_EQ(old.spec_yaml, "name: old\n");
+  EXPECT_EQ(old.spec_json, R"({"name":"old"})");
+  EXPECT_EQ(old.state, JobState::kRunning);
+  EXPECT_EQ(store->ActiveJobs()->size(), 1u);
+  ASSERT_TRUE(Submit(*store, MakeJob("new-1")).ok());
+  EXPECT_EQ(store->ListJobs({}, 0, 10)->size(), 2u);
 }
 
 }  // namespace

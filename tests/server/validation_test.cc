@@ -55,14 +55,17 @@ TEST_F(ValidationTest, BadSpecsNameTheField) {
   ExpectRejected("name: bad\ndata: d.jsonl\nobjective: sft\nseq_len: 64\n",
                  "spec: missing required field 'model'");
   ExpectRejected(std::string(kHead) + "seq_len: 64\n", "spec: duplicate key 'seq_len'");
-  ExpectRejected(std::string(kHead) + "resources: {world_size: 100000}\n",
+  ExpectRejected(std::string(kHead) + "resources: {world_size: 2000}\n",
                  "spec: train.sequences_per_step: must be at least resources.world_size "
-                 "(100000) so that every worker gets an example (got 8)");
+                 "(2000) so that every worker gets an example (got 8)");
+  // The spec allows 65536 ranks; a coordinator schedules at most 1024.
   ExpectRejected(
-      std::string(kHead) + "resources: {world_size: 100000}\ntrain: {sequences_per_step: 100000}\n",
-      "spec: resources.world_size: must be at most 1024 (got 100000)");
+      std::string(kHead) + "resources: {world_size: 2000}\ntrain: {sequences_per_step: 2000}\n",
+      "spec: resources.world_size: must be at most 1024 (got 2000)");
+  ExpectRejected(std::string(kHead) + "resources: {world_size: 100000}\n",
+                 "spec: resources.world_size: must be at most 65536 (got 100000)");
   ExpectRejected(std::string(kHead) + "resources: {world_size: 99999999999999999999}\n",
-                 "spec: resources.world_size: must be an integer (got 99999999999999999999)");
+                 "spec: resources.world_size: must be at most 65536 (got 99999999999999999999)");
   ExpectRejected(std::string(kHead) + "resources: {world_size: 2, memory: lots}\n",
                  "spec: resources.memory: must be a positive byte size such as 8GiB or 512MiB "
                  "(got 'lots')");

@@ -1,9 +1,16 @@
 // A minimal HTTP endpoint that serves one prometheus-cpp Registry at
-// /metrics (text format 0.0.4), one connection at a time on its own thread.
-// The worker uses it instead of prometheus-cpp's civetweb Exposer, whose
-// 100 KiB handler threads overflowed their stacks inside the worker process
-// (seen with Debian 12's civetweb 1.15); a scrape is small and infrequent, so
-// a single blocking loop is enough.
+// /metrics (text format 0.0.4). The worker uses it instead of prometheus-cpp's
+// civetweb Exposer, whose 100 KiB handler threads overflowed their stacks
+// inside the worker process (seen with Debian 12's civetweb 1.15).
+//
+// One thread runs a poll(2) loop over non-blocking sockets, so no connection
+// can hold up another: a client that sends its request a byte at a time (a
+// slowloris) or never reads the answer only occupies a slot until its
+// deadline (kRequestDeadline to send the request, kResponseDeadline to take
+// the answer). At most kMaxConnections are open; a new connection beyond that
+// closes the oldest one still sending its request once that one has had half
+// a second, so a scrape or a liveness probe is answered within about a second
+// even while slow clients keep every slot busy.
 #pragma once
 
 #include <atomic>
@@ -18,6 +25,10 @@ namespace sbp {
 
 class MetricsHttpServer {
  public:
+  static constexpr int kMaxConnections = 256;
+  static constexpr int kRequestDeadlineMillis = 3000;
+  static constexpr int kResponseDeadlineMillis = 5000;
+
   // `listen` is "host:port" (IPv4; port 0 picks a free one).
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
       const std::string& listen, std::shared_ptr<prometheus::Registry> registry);
@@ -28,11 +39,15 @@ class MetricsHttpServer {
   int port() const { return port_; }
 
  private:
-  MetricsHttpServer(int fd, int port, std::shared_ptr<prometheus::Registry> registry);
+  struct Connection;
+  MetricsHttpServer(int fd, int wake_read, int wake_write, int port,
+                    std::shared_ptr<prometheus::Registry> registry);
   void Serve();
-  void Answer(int client);
+  // The whole response for a complete request head.
+  std::string Respond(const std::string& request) const;
 
   int fd_;
+  int wake_read_, wake_write_;  // a pipe: the destructor wakes the loop
   int port_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::atomic<bool> stop_{false};

@@ -1,6 +1,7 @@
 #include "worker/agent/rendezvous_store.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gloo/common/error.h"
@@ -24,15 +25,17 @@ constexpr std::chrono::milliseconds kWaitSlice{5000};
 
 CoordinatorRendezvousStore::CoordinatorRendezvousStore(
     std::shared_ptr<streambp::v1::RendezvousService::StubInterface> stub, std::string token,
-    std::string scope, std::chrono::milliseconds timeout)
+    std::string scope, std::chrono::milliseconds timeout, std::string worker_id)
     : stub_(std::move(stub)),
       token_(std::move(token)),
       scope_(std::move(scope)),
+      worker_id_(std::move(worker_id)),
       timeout_(timeout) {}
 
 void CoordinatorRendezvousStore::set(const std::string& key, const std::vector<char>& data) {
   streambp::v1::SetKeyRequest request;
   request.set_scope(scope_);
+  request.set_worker_id(worker_id_);
   request.set_key(key);
   request.set_value(std::string(data.begin(), data.end()));
   streambp::v1::SetKeyResponse response;
@@ -46,6 +49,7 @@ std::vector<char> CoordinatorRendezvousStore::get(const std::string& key) {
   wait({key});
   streambp::v1::GetKeyRequest request;
   request.set_scope(scope_);
+  request.set_worker_id(worker_id_);
   request.set_key(key);
   streambp::v1::GetKeyResponse response;
   grpc::ClientContext context;
@@ -75,12 +79,20 @@ void CoordinatorRendezvousStore::wait(const std::vector<std::string>& keys,
     }
     streambp::v1::WaitKeysRequest request;
     request.set_scope(scope_);
+    request.set_worker_id(worker_id_);
     for (const std::string& key : keys) request.add_keys(key);
     request.set_timeout_ms(static_cast<int32_t>(std::min(left, kWaitSlice).count()));
     streambp::v1::WaitKeysResponse response;
     grpc::ClientContext context;
     PrepareContext(context, token_, kWaitSlice + kRpcTimeout);
     const grpc::Status status = stub_->Wait(&context, request, &response);
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // The coordinator's long-poll lane is full, or it is restarting: the
+      // wait goes on until its own deadline.
+      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(500)));
+      continue;
+    }
     if (!status.ok()) Fail("wait", status);
     if (response.ready()) return;
   }

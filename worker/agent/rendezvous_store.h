@@ -17,9 +17,11 @@ namespace sbp {
 
 class CoordinatorRendezvousStore final : public gloo::rendezvous::Store {
  public:
+  // `worker_id` names this worker in every call (the coordinator lets only
+  // the ranks of the scope's attempt use it).
   CoordinatorRendezvousStore(std::shared_ptr<streambp::v1::RendezvousService::StubInterface> stub,
                              std::string token, std::string scope,
-                             std::chrono::milliseconds timeout);
+                             std::chrono::milliseconds timeout, std::string worker_id = "");
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -31,6 +33,7 @@ class CoordinatorRendezvousStore final : public gloo::rendezvous::Store {
   std::shared_ptr<streambp::v1::RendezvousService::StubInterface> stub_;
   std::string token_;
   std::string scope_;
+  std::string worker_id_;
   std::chrono::milliseconds timeout_;
 };
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "common/failure_kind.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/version.h"
@@ -69,14 +70,20 @@ class WorkerAgent::Observer final : public TrainingObserver {
   Observer(WorkerAgent* agent, const v1::Assignment& assignment, ProgressReporter* reporter)
       : agent_(agent), assignment_(assignment), reporter_(reporter) {}
 
-  void OnStart(const JobSpec& spec, int64_t resumed_step, int64_t capacity_bytes) override {
+  void OnStart(const JobSpec& spec, const RunStart& start) override {
+    const int64_t resumed_step = start.resumed_step;
     start_ = Clock::now();
     first_step_ = resumed_step + 1;
     std::string message = absl::StrCat("attempt ", assignment_.attempt(), " started on worker ",
-                                       agent_->options_.name);
-    if (resumed_step > 0) absl::StrAppend(&message, ", resuming after step ", resumed_step);
-    if (capacity_bytes > 0) {
-      absl::StrAppend(&message, ", memory budget ", FormatByteSize(capacity_bytes));
+                                       agent_->options_.name, ", run ", start.run_dir);
+    if (!start.resumed_from.empty()) {
+      absl::StrAppend(&message, ", starting from ", start.resumed_from, " (resume_from, step ",
+                      resumed_step, ")");
+    } else if (resumed_step > 0) {
+      absl::StrAppend(&message, ", resuming after step ", resumed_step);
+    }
+    if (start.capacity_bytes > 0) {
+      absl::StrAppend(&message, ", memory budget ", FormatByteSize(start.capacity_bytes));
     }
     reporter_->PostMessage(message);
     if (resumed_step > 0) {  // where the run stands before its first step
@@ -108,6 +115,8 @@ class WorkerAgent::Observer final : public TrainingObserver {
     return agent_->stopping() || reporter_->cancel_requested() || reporter_->aborted() ||
            agent_->RunningAttemptStopped();
   }
+
+  absl::Status CheckLease() override { return agent_->CheckLease(assignment_); }
 
  private:
   WorkerAgent* agent_;
@@ -164,6 +173,27 @@ bool WorkerAgent::RunningAttemptStopped() const {
   return running_stopped_;
 }
 
+absl::Status WorkerAgent::CheckLease(const v1::Assignment& assignment) const {
+  absl::MutexLock lock(&mu_);
+  const auto lease = std::chrono::milliseconds(lease_seconds_ * 1000);
+  const auto margin = lease / 4;
+  const auto held = Clock::now() - lease_renewed_at_;
+  if (running_stopped_ || held > lease - margin) {
+    return WithFailureKind(
+        absl::AbortedError(absl::StrCat(
+            "job ", assignment.job_id(), " attempt ", assignment.attempt(),
+            running_stopped_
+                ? ": the coordinator ended it"
+                : absl::StrCat(": no heartbeat renewed this worker's lease for ",
+                               std::chrono::duration_cast<std::chrono::milliseconds>(held).count(),
+                               " ms (lease ", lease_seconds_,
+                               " s); stopping before "
+                               "the coordinator hands the attempt to another worker"))),
+        FailureKind::kStaleAttempt);
+  }
+  return absl::OkStatus();
+}
+
 void WorkerAgent::SleepFor(milliseconds duration) {
   absl::MutexLock lock(&mu_);
   auto stopping = [this] { return stopping_.load(); };
@@ -182,12 +212,23 @@ absl::Status WorkerAgent::EnsureRegistered() {
   request.set_device(DeviceKindToProto(options_.device.kind));
   request.set_memory_bytes(options_.memory_bytes);
   request.set_version(kVersion);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!running_job_.empty()) {
+      request.mutable_running()->set_job_id(running_job_);
+      request.mutable_running()->set_attempt(running_attempt_);
+    }
+  }
   grpc::ClientContext context;
   PrepareContext(context, options_.token, kCallTimeout);
   v1::RegisterWorkerResponse response;
+  const auto sent = Clock::now();
   absl::Status status = FromGrpcStatus(stub_->Register(&context, request, &response));
   if (!status.ok()) return status;
   absl::MutexLock lock(&mu_);
+  // A registration starts a lease, but never revives the lease of an attempt
+  // already running: only a heartbeat that does not stop it renews that.
+  if (running_job_.empty()) lease_renewed_at_ = sent;
   if (!worker_id_.empty() && worker_id_ != response.worker_id()) {
     LOG(WARNING) << "coordinator gave a new worker id " << response.worker_id() << " (was "
                  << worker_id_ << ")";
@@ -198,6 +239,7 @@ absl::Status WorkerAgent::EnsureRegistered() {
   worker_id_ = response.worker_id();
   registered_ = true;
   if (response.heartbeat_seconds() > 0) heartbeat_seconds_ = response.heartbeat_seconds();
+  if (response.lease_seconds() > 0) lease_seconds_ = response.lease_seconds();
   return absl::OkStatus();
 }
 
@@ -222,9 +264,17 @@ void WorkerAgent::HeartbeatLoop() {
       request.mutable_memory()->set_current_bytes(current_bytes_);
       request.mutable_memory()->set_peak_bytes(peak_bytes_);
       request.mutable_memory()->set_capacity_bytes(options_.memory_bytes);
+      {
+        absl::MutexLock lock(&mu_);
+        if (!running_job_.empty()) {
+          request.mutable_running()->set_job_id(running_job_);
+          request.mutable_running()->set_attempt(running_attempt_);
+        }
+      }
       grpc::ClientContext context;
       PrepareContext(context, options_.token, kCallTimeout);
       v1::HeartbeatResponse response;
+      const auto sent = Clock::now();
       status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
       if (status.ok()) {
         absl::MutexLock lock(&mu_);
@@ -236,6 +286,9 @@ void WorkerAgent::HeartbeatLoop() {
             running_stopped_ = true;
           }
         }
+        // The lease is renewed only by a heartbeat the coordinator took for a
+        // worker it still knows; after a lapse the attempt stays fenced.
+        if (response.registered() && !running_stopped_) lease_renewed_at_ = sent;
       }
       if (status.ok() && !response.registered()) {
         LOG(WARNING) << "the coordinator forgot worker " << request.worker_id()
@@ -417,6 +470,8 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   TrainOptions train_options;
   train_options.base_dir = options_.work_dir;
   train_options.device = DeviceName(options_.device);
+  train_options.job_id = assignment.job_id();
+  train_options.attempt = assignment.attempt();
   train_options.resume = true;
   if (assignment.world_size() > 1) {
     // Ranks meet through the coordinator's key-value service, in a scope of
@@ -427,7 +482,7 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
       CoordinatorRendezvousStore store(std::shared_ptr<v1::RendezvousService::StubInterface>(
                                            v1::RendezvousService::NewStub(channel_)),
                                        options_.token, assignment.rendezvous_scope(),
-                                       options_.collective_timeout);
+                                       options_.collective_timeout, worker_id());
       CollectiveOptions collective;
       collective.rank = assignment.rank();
       collective.world_size = assignment.world_size();

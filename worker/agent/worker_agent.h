@@ -77,6 +77,18 @@ class WorkerAgent {
 
   bool stopping() const { return stopping_.load(); }
   bool RunningAttemptStopped() const;
+  // The local lease. The coordinator gives a worker `lease` seconds after it
+  // receives a heartbeat before it declares the worker lost and may hand its
+  // attempt to another worker. The worker counts the same lease from when it
+  // SENT its last heartbeat that the coordinator accepted for the running
+  // attempt, minus a safety margin of a quarter of the lease, and stops
+  // writing once that runs out (heartbeats go every third of the lease, so
+  // a healthy worker renews well before): sent time <= received
+  // time, so the worker always stops at least the margin before the
+  // coordinator may reassign (with the default 15 s lease and 5 s heartbeat:
+  // the worker stops 11.25 s after its last renewal, the coordinator acts
+  // after 15 s). A paused or partitioned worker thus fences itself.
+  absl::Status CheckLease(const streambp::v1::Assignment& assignment) const;
   // Waits up to `duration` or until Stop().
   void SleepFor(std::chrono::milliseconds duration);
 
@@ -103,6 +115,11 @@ class WorkerAgent {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   int heartbeat_seconds_ ABSL_GUARDED_BY(mu_) = 5;
+  // The local lease (see CheckLease): the coordinator's lease duration and
+  // when the last heartbeat that renewed it was sent.
+  int lease_seconds_ ABSL_GUARDED_BY(mu_) = 15;
+  std::chrono::steady_clock::time_point lease_renewed_at_ ABSL_GUARDED_BY(mu_) =
+      std::chrono::steady_clock::now();
   grpc::ClientContext* poll_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   // The attempt being trained, and whether a heartbeat said it is over.
   std::string running_job_ ABSL_GUARDED_BY(mu_);

@@ -9,8 +9,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/failure_kind.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 
 namespace sbp {
@@ -20,7 +23,11 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path, int err
   const std::string message = absl::StrCat(path, ": ", what, " failed: ", std::strerror(error));
   if (error == ENOENT) return absl::NotFoundError(message);
   if (error == EACCES || error == EPERM) return absl::PermissionDeniedError(message);
-  if (error == ENOSPC) return absl::ResourceExhaustedError(message);
+  // Failing storage is not the job's fault: the attempt is retried once the
+  // disk has room again (not an out-of-memory ResourceExhausted).
+  if (IsStorageErrno(error)) {
+    return WithFailureKind(absl::UnavailableError(message), FailureKind::kStorage);
+  }
   return absl::InternalError(message);
 }
 
@@ -31,35 +38,20 @@ std::string ParentDirectory(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
-  return std::string(file->bytes());
+absl::StatusOr<std::string> ReadFileToString(const std::string& path, int64_t max_bytes) {
+  return ReadRegularFile(path, max_bytes, "a file read whole");
 }
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open", path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return ErrnoError("stat", path, error);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
+  ASSIGN_OR_RETURN(RegularFile file, RegularFile::Open(path, std::numeric_limits<int64_t>::max(),
+                                                       "a memory-mapped file"));
+  const size_t size = static_cast<size_t>(file.size());
   void* data = nullptr;
   if (size > 0) {
-    data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (data == MAP_FAILED) {
-      const int error = errno;
-      ::close(fd);
-      return ErrnoError("mmap", path, error);
-    }
+    data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+    if (data == MAP_FAILED) return ErrnoError("mmap", path, errno);
   }
-  ::close(fd);  // the mapping keeps the file alive
+  // The mapping keeps the file alive once `file` closes it.
   return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
 }
 

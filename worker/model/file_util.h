@@ -14,10 +14,18 @@
 
 namespace sbp {
 
-// Whole file contents. NotFound when it does not exist.
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+// Files read whole are capped at this size unless the caller gives its own
+// limit (config.json, job specs and indexes have smaller ones).
+inline constexpr int64_t kDefaultMaxReadBytes = int64_t{64} << 20;
 
-// Read-only view of a whole file (mmap; an empty file maps to no bytes).
+// Whole file contents of a regular file (after symlinks) of at most
+// `max_bytes`. NotFound when it does not exist; InvalidArgument for a FIFO, a
+// device, a directory or a larger file, decided before anything is read.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path,
+                                             int64_t max_bytes = kDefaultMaxReadBytes);
+
+// Read-only view of a whole regular file (mmap; an empty file maps to no
+// bytes). Anything else is InvalidArgument, without blocking on a FIFO.
 class MappedFile {
  public:
   static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);

@@ -1,16 +1,14 @@
 #include "worker/model/model_config.h"
 
 #include <cctype>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
+#include <iterator>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -19,10 +17,15 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Bounds that keep every size product (and ParameterCount) inside int64.
+// Bounds that keep every size product (and ParameterCount) inside int64; the
+// planner multiplies them further by seq_len (JobSpec bounds it by 2^24).
 constexpr int64_t kMaxDim = int64_t{1} << 20;
 constexpr int64_t kMaxLayersOrHeads = 4096;
 constexpr int64_t kMaxVocab = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxPositions = int64_t{1} << 26;
+// 4.4e12 parameters (17.6 TB in f32): far beyond any dense model, far below
+// int64 when multiplied by the bytes of weights, gradients and Adam moments.
+constexpr int64_t kMaxParameters = int64_t{1} << 42;
 
 // A short description of a JSON value for error messages (never dumps a
 // whole array or object).
@@ -327,8 +330,7 @@ absl::StatusOr<ModelConfig> ParseFields(const FieldReader& fields) {
   c.attention_bias = c.architecture == Architecture::kQwen2;
   c.qk_norm = c.architecture == Architecture::kQwen3;
   ASSIGN_OR_RETURN(c.max_position_embeddings,
-                   fields.Size("max_position_embeddings", is_llama ? 2048 : 32768,
-                               std::numeric_limits<int64_t>::max()));
+                   fields.Size("max_position_embeddings", is_llama ? 2048 : 32768, kMaxPositions));
   // transformers >= 4.56 writes "dtype", older versions "torch_dtype".
   if (fields.Has("dtype")) {
     ASSIGN_OR_RETURN(c.torch_dtype, fields.String("dtype", std::nullopt));
@@ -421,6 +423,35 @@ std::vector<std::pair<std::string, ModelConfig>> Presets() {
 
 std::string LayerPrefix(int layer) { return absl::StrCat("model.layers.", layer, "."); }
 
+// ParameterCount with every product and sum checked for int64 overflow.
+absl::StatusOr<int64_t> CheckedParameterCount(const ModelConfig& c) {
+  bool overflow = false;
+  auto mul = [&](int64_t a, int64_t b) {
+    int64_t r = 0;
+    overflow = overflow || __builtin_mul_overflow(a, b, &r);
+    return r;
+  };
+  auto add = [&](int64_t a, int64_t b) {
+    int64_t r = 0;
+    overflow = overflow || __builtin_add_overflow(a, b, &r);
+    return r;
+  };
+  const int64_t h = c.hidden_size;
+  const int64_t q_dim = mul(c.num_attention_heads, c.head_dim);
+  const int64_t kv_dim = mul(c.num_key_value_heads, c.head_dim);
+  int64_t layer = mul(2, h);                                // input/post-attention norms
+  layer = add(layer, mul(mul(2, q_dim), h));                // q_proj, o_proj
+  layer = add(layer, mul(mul(2, kv_dim), h));               // k_proj, v_proj
+  layer = add(layer, mul(mul(3, c.intermediate_size), h));  // gate, up, down
+  if (c.attention_bias) layer = add(layer, add(q_dim, mul(2, kv_dim)));
+  if (c.qk_norm) layer = add(layer, mul(2, c.head_dim));
+  const int64_t embedding = mul(c.vocab_size, h);
+  int64_t total = add(mul(layer, c.num_hidden_layers), add(embedding, h));
+  if (!c.tie_word_embeddings) total = add(total, embedding);
+  if (overflow) return absl::OutOfRangeError("parameter count overflows int64");
+  return total;
+}
+
 }  // namespace
 
 absl::string_view ArchitectureClassName(Architecture architecture) {
@@ -439,6 +470,13 @@ absl::string_view ArchitectureModelType(Architecture architecture) {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
                                              absl::string_view source_name) {
+  if (json_text.size() > static_cast<size_t>(kMaxModelConfigBytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": has ", json_text.size(), " bytes, over the ",
+                     LimitText(kMaxModelConfigBytes), " limit for config.json"));
+  }
+  // Before parsing: nested values are copied and printed recursively.
+  RETURN_IF_ERROR(CheckJsonNesting(json_text, kMaxInputNestingDepth, source_name));
   Json root;
   try {
     root = Json::parse(json_text.begin(), json_text.end());
@@ -459,14 +497,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open (", std::strerror(errno), ")"));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return ParseModelConfig(text.str(), path);
+  ASSIGN_OR_RETURN(std::string text, ReadRegularFile(path, kMaxModelConfigBytes, "config.json"));
+  return ParseModelConfig(text, path);
 }
 
 absl::Status ValidateModelConfig(const ModelConfig& c, absl::string_view source_name) {
@@ -486,12 +518,21 @@ absl::Status ValidateModelConfig(const ModelConfig& c, absl::string_view source_
   for (const auto& [name, value] : sizes) {
     if (value <= 0) return error(name, absl::StrCat("must be positive (got ", value, ")"));
   }
-  if (c.vocab_size > kMaxVocab) return error("vocab_size", "is too large");
-  for (int64_t dim : {c.hidden_size, c.intermediate_size, c.head_dim}) {
-    if (dim > kMaxDim) return error("hidden_size/intermediate_size/head_dim", "is too large");
-  }
-  if (c.num_hidden_layers > kMaxLayersOrHeads || c.num_attention_heads > kMaxLayersOrHeads) {
-    return error("num_hidden_layers/num_attention_heads", "is too large");
+  const std::pair<const char*, int64_t> limits[] = {
+      {"vocab_size", kMaxVocab},
+      {"hidden_size", kMaxDim},
+      {"intermediate_size", kMaxDim},
+      {"num_hidden_layers", kMaxLayersOrHeads},
+      {"num_attention_heads", kMaxLayersOrHeads},
+      {"num_key_value_heads", kMaxLayersOrHeads},
+      {"head_dim", kMaxDim},
+      {"max_position_embeddings", kMaxPositions},
+  };
+  for (size_t i = 0; i < std::size(limits); ++i) {
+    if (sizes[i].second > limits[i].second) {
+      return error(sizes[i].first, absl::StrCat("must be at most ", limits[i].second, " (got ",
+                                                sizes[i].second, ")"));
+    }
   }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return error("num_key_value_heads",
@@ -518,6 +559,16 @@ absl::Status ValidateModelConfig(const ModelConfig& c, absl::string_view source_
     return error("attention_bias",
                  absl::StrCat("is true: ", ArchitectureClassName(c.architecture),
                               " then also has an o_proj bias, which is not supported"));
+  }
+  // Every size is bounded now, so these products cannot overflow; the check
+  // is still done with overflow-checked arithmetic.
+  const absl::StatusOr<int64_t> count = CheckedParameterCount(c);
+  if (!count.ok() || *count > kMaxParameters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_name, ": the model would have ",
+        count.ok() ? absl::StrCat(*count) : std::string("more than 2^63"),
+        " parameters, over the limit of ", kMaxParameters,
+        " (check vocab_size, hidden_size, intermediate_size, num_hidden_layers and the heads)"));
   }
   // bos/eos ids are informational (generation only) and not range-checked.
   return absl::OkStatus();

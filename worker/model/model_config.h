@@ -52,19 +52,28 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// Largest config.json read (Hugging Face's are a few KiB).
+inline constexpr int64_t kMaxModelConfigBytes = int64_t{1} << 20;
+
 // Parses config.json text. `source_name` prefixes every error message
 // ("config.json: field 'hidden_size' must be positive (got 0)"). Every error
-// is InvalidArgument: malformed JSON (with the parser's byte position), wrong
-// types, inconsistent sizes, or a feature this runtime does not support.
+// is InvalidArgument: text over kMaxModelConfigBytes or nested deeper than
+// kMaxInputNestingDepth (checked before parsing), malformed JSON (with the
+// parser's byte position), wrong types, sizes out of bounds (each size has a
+// ceiling, and the parameter count must stay under 2^42), inconsistent
+// sizes, or a feature this runtime does not support.
 // Fields Hugging Face defaults are defaulted the same way (head_dim: 128 for
 // Qwen3, hidden/heads otherwise; rope_theta 10000; rms_norm_eps 1e-6).
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
                                              absl::string_view source_name);
-// Reads and parses a config.json file (NotFound when it does not exist).
+// Reads and parses a config.json file: NotFound when it does not exist;
+// InvalidArgument, before anything is read, when it is not a regular file
+// (a FIFO, a device, a directory) or has more than kMaxModelConfigBytes.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
 
-// Checks the invariants ParseModelConfig enforces (positive sizes, GQA
-// divisibility, architecture-implied flags); for configs built in code.
+// Checks the invariants ParseModelConfig enforces (sizes positive and within
+// their bounds, the parameter count, GQA divisibility, architecture-implied
+// flags); for configs built in code.
 absl::Status ValidateModelConfig(const ModelConfig& config, absl::string_view source_name);
 
 // config.json text that Hugging Face transformers (4.5x and 5.x) loads into

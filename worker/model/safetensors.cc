@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
@@ -68,6 +69,8 @@ bool AsUnsigned(const Json& value, uint64_t* out) {
 // duplicate key (nlohmann would silently keep the last one).
 absl::StatusOr<Json> ParseJsonStrict(absl::string_view text, absl::string_view source,
                                      absl::string_view what) {
+  // Before parsing: nested values are copied and printed recursively.
+  RETURN_IF_ERROR(CheckJsonNesting(text, kMaxInputNestingDepth, absl::StrCat(source, ": ", what)));
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
   int duplicate_depth = 0;
@@ -529,7 +532,8 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
 // Sharded files.
 
 absl::StatusOr<ShardedSafetensors> ShardedSafetensors::OpenIndex(const std::string& index_path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path));
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadRegularFile(index_path, kMaxSafetensorsIndexBytes, "a safetensors index"));
   ASSIGN_OR_RETURN(Json root, ParseJsonStrict(text, index_path, "index"));
   auto error = [&](absl::string_view message) {
     return absl::InvalidArgumentError(absl::StrCat(index_path, ": ", message));
@@ -551,6 +555,7 @@ absl::StatusOr<ShardedSafetensors> ShardedSafetensors::OpenIndex(const std::stri
     }
   }
   auto map = root.find("weight_map");
+  std::set<std::string> shards;
   if (map == root.end() || !map->is_object()) {
     return error("'weight_map' must be an object mapping tensor names to shard files");
   }
@@ -568,6 +573,11 @@ absl::StatusOr<ShardedSafetensors> ShardedSafetensors::OpenIndex(const std::stri
                                 ", which is not a file inside the model directory"));
     }
     sharded.weight_map_.emplace(it.key(), file);
+    shards.insert(file);
+    if (shards.size() > kMaxSafetensorsShards) {
+      return error(absl::StrCat("weight_map names more than ", kMaxSafetensorsShards,
+                                " shard files, the limit"));
+    }
   }
   return sharded;
 }

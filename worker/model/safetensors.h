@@ -8,8 +8,12 @@
 // SafetensorsFile validates everything before any data is touched (header
 // length, JSON, dtypes, shapes, offsets inside the file, sizes matching
 // shapes, no overlapping ranges, unique names): a malformed file is an
-// InvalidArgument naming the problem, never a crash. ShardedSafetensors reads
-// the `model.safetensors.index.json` layout, opening shards on first use.
+// InvalidArgument naming the problem, never a crash. Files are memory-mapped,
+// not copied, and every tensor's bytes must lie inside the file and match its
+// shape exactly (overflow-checked), so a header cannot make a reader allocate
+// more than the file holds; ReadAsF32 allocates through the caller's
+// allocator (and its budget). ShardedSafetensors reads the
+// `model.safetensors.index.json` layout, opening shards on first use.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +46,11 @@ using SafetensorsMetadata = std::map<std::string, std::string>;
 
 // Largest header accepted (the reference implementation's limit).
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+// Largest model.safetensors.index.json read (a 1000-shard model's is ~10 MB),
+// and the most shard files one index may name: each open shard is a memory
+// map, and a process has at most 65530 of them.
+inline constexpr int64_t kMaxSafetensorsIndexBytes = int64_t{64} << 20;
+inline constexpr size_t kMaxSafetensorsShards = 10000;
 
 struct SafetensorsTensorInfo {
   std::string name;
@@ -110,7 +119,9 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
 int64_t StoredTensorBytes(const Tensor& tensor, DType storage);
 
 // Tensors spread over several files, found through an index
-// ({"metadata": {...}, "weight_map": {name: file}}), or a single file.
+// ({"metadata": {...}, "weight_map": {name: file}}), or a single file. The
+// index is a regular file of at most kMaxSafetensorsIndexBytes naming at most
+// kMaxSafetensorsShards files, each inside the index's directory.
 // Shards open lazily, so a ShardedSafetensors is not thread-safe.
 class ShardedSafetensors {
  public:

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -20,6 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kStatePrefix[] = "step-";
+constexpr char kStagingPrefix[] = ".tmp-";
+constexpr char kAttemptInfix[] = "-attempt-";
 
 std::string CheckpointsDir(const std::string& run_dir) { return run_dir + "/checkpoints"; }
 
@@ -62,6 +66,7 @@ absl::Status LoadPrefixed(const SafetensorsFile& file, const std::string& prefix
 
 nlohmann::json TrainerState::ToJson() const {
   return {{"step", step},
+          {"attempt", attempt},
           {"data_cursor", nlohmann::json::parse(data_cursor.empty() ? "null" : data_cursor)},
           {"job_name", job_name},
           {"last_loss", last_loss},
@@ -73,6 +78,7 @@ absl::StatusOr<TrainerState> TrainerState::FromJson(const nlohmann::json& json,
   TrainerState s;
   try {
     s.step = json.at("step").get<int64_t>();
+    s.attempt = json.value("attempt", int64_t{0});
     s.data_cursor = json.at("data_cursor").dump();
     s.job_name = json.value("job_name", "");
     s.last_loss = json.value("last_loss", 0.0);
@@ -90,18 +96,42 @@ std::string CheckpointPath(const std::string& run_dir, int64_t step) {
   return CheckpointsDir(run_dir) + "/" + name;
 }
 
-std::string CheckpointStagingPath(const std::string& run_dir, int64_t step) {
-  return CheckpointsDir(run_dir) + "/.tmp-" +
-         fs::path(CheckpointPath(run_dir, step)).filename().string();
+std::string CheckpointStagingPath(const CheckpointSink& sink, int64_t step) {
+  return absl::StrCat(CheckpointsDir(sink.run_dir), "/", kStagingPrefix,
+                      fs::path(CheckpointPath(sink.run_dir, step)).filename().string(),
+                      kAttemptInfix, sink.attempt);
 }
 
-absl::Status PrepareCheckpointStaging(const std::string& run_dir, int64_t step) {
-  const std::string temp_dir = CheckpointStagingPath(run_dir, step);
+absl::Status PrepareCheckpointStaging(const CheckpointSink& sink, int64_t step) {
+  const std::string temp_dir = CheckpointStagingPath(sink, step);
   std::error_code ec;
   fs::remove_all(temp_dir, ec);
   fs::create_directories(temp_dir, ec);
   if (ec) return FsError(ec, "creating " + temp_dir);
   return absl::OkStatus();
+}
+
+absl::Status DropStagingOnError(absl::Status status, const CheckpointSink& sink, int64_t step) {
+  if (!status.ok()) {
+    std::error_code ec;
+    fs::remove_all(CheckpointStagingPath(sink, step), ec);
+  }
+  return status;
+}
+
+void RemoveStaleStaging(const std::string& run_dir, int64_t attempt) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(CheckpointsDir(run_dir), ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.rfind(kAttemptInfix);
+    int64_t writer = 0;
+    if (!absl::StartsWith(name, kStagingPrefix) || at == std::string::npos ||
+        !absl::SimpleAtoi(absl::string_view(name).substr(at + strlen(kAttemptInfix)), &writer) ||
+        writer >= attempt) {
+      continue;
+    }
+    fs::remove_all(entry.path(), ec);
+  }
 }
 
 DType CheckpointWeightDType(const ModelConfig& config) {
@@ -120,10 +150,13 @@ absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
   return WriteFileAtomically(staging_dir + "/trainer_state.json", state.ToJson().dump(2) + "\n");
 }
 
-absl::Status CommitCheckpoint(const std::string& run_dir, int64_t step, int64_t keep_last) {
+absl::Status CommitCheckpoint(const CheckpointSink& sink, int64_t step, int64_t keep_last) {
+  const std::string& run_dir = sink.run_dir;
   const std::string final_dir = CheckpointPath(run_dir, step);
-  const std::string temp_dir = CheckpointStagingPath(run_dir, step);
+  const std::string temp_dir = CheckpointStagingPath(sink, step);
   RETURN_IF_ERROR(SyncDirectory(temp_dir));
+  // The last moment a newer attempt can be noticed before the run changes.
+  if (sink.fence) RETURN_IF_ERROR(sink.fence());
   std::error_code ec;
   fs::remove_all(final_dir, ec);
   fs::rename(temp_dir, final_dir, ec);
@@ -140,12 +173,14 @@ absl::Status CommitCheckpoint(const std::string& run_dir, int64_t step, int64_t 
   return absl::OkStatus();
 }
 
-absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& weights,
+namespace {
+
+// SaveCheckpoint's writes into the prepared staging directory, and the commit.
+absl::Status WriteAndCommit(const CheckpointSink& sink, const ParameterStore& weights,
                             const ParameterStore* master, const ParameterStore& exp_avg,
                             const ParameterStore& exp_avg_sq, const TrainerState& state,
                             int64_t keep_last) {
-  RETURN_IF_ERROR(PrepareCheckpointStaging(run_dir, state.step));
-  const std::string temp_dir = CheckpointStagingPath(run_dir, state.step);
+  const std::string temp_dir = CheckpointStagingPath(sink, state.step);
   RETURN_IF_ERROR(WriteCheckpointModelAndState(temp_dir, weights, state));
   NamedTensors moments = Prefixed(exp_avg, "exp_avg.");
   for (auto& entry : Prefixed(exp_avg_sq, "exp_avg_sq.")) moments.push_back(std::move(entry));
@@ -156,7 +191,19 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& we
   }
   RETURN_IF_ERROR(WriteSafetensors(temp_dir + "/optimizer.safetensors", moments,
                                    {{"format", "sbp-adamw"}}, DType::kF32));
-  return CommitCheckpoint(run_dir, state.step, keep_last);
+  return CommitCheckpoint(sink, state.step, keep_last);
+}
+
+}  // namespace
+
+absl::Status SaveCheckpoint(const CheckpointSink& sink, const ParameterStore& weights,
+                            const ParameterStore* master, const ParameterStore& exp_avg,
+                            const ParameterStore& exp_avg_sq, const TrainerState& state,
+                            int64_t keep_last) {
+  RETURN_IF_ERROR(PrepareCheckpointStaging(sink, state.step));
+  return DropStagingOnError(
+      WriteAndCommit(sink, weights, master, exp_avg, exp_avg_sq, state, keep_last), sink,
+      state.step);
 }
 
 absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& run_dir) {

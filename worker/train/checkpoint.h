@@ -8,13 +8,16 @@
 //                                       cannot hold them exactly (bf16 files,
 //                                       or a run with a bf16 compute copy)
 //     trainer_state.json                step, data cursor, job name, figures
-// built under a temporary name, every file fsynced, then renamed into place;
-// <run>/checkpoints/latest names the newest one and is replaced atomically
-// after the rename. A crash at any point leaves either the previous
-// checkpoint or the new one, never half of one.
+// built in a staging directory of the writing attempt
+// (.tmp-step-00000050-attempt-3), every file fsynced, the run's fence
+// checked, then renamed into place; <run>/checkpoints/latest names the newest
+// one and is replaced atomically after the rename. A crash at any point
+// leaves either the previous checkpoint or the new one, never half of one; a
+// failed write removes its staging directory.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -26,6 +29,7 @@ namespace sbp {
 
 struct TrainerState {
   int64_t step = 0;         // optimizer steps completed
+  int64_t attempt = 0;      // the attempt that wrote the checkpoint (0: a local run)
   std::string data_cursor;  // DataCursor::ToJson()
   std::string job_name;
   double last_loss = 0;
@@ -37,6 +41,14 @@ struct TrainerState {
 
 // "<run_dir>/checkpoints/step-%08d".
 std::string CheckpointPath(const std::string& run_dir, int64_t step);
+
+// Where checkpoints go and who writes them: the run directory, the writing
+// attempt, and the fence checked right before a commit (empty: none).
+struct CheckpointSink {
+  std::string run_dir;
+  int64_t attempt = 0;
+  std::function<absl::Status()> fence;
+};
 
 // The dtype model.safetensors is written in: the model's own torch_dtype
 // (bf16 for "bfloat16"; f32 otherwise — the runtime holds no f16, so an f16
@@ -51,7 +63,7 @@ bool CheckpointNeedsMasters(const ModelConfig& config, bool separate_master);
 // but the newest `keep_last` checkpoints (0 keeps all). Every store is host
 // f32: `weights` go to the model file, `master` (null: the weights are the
 // masters) to the optimizer file when CheckpointNeedsMasters says so.
-absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& weights,
+absl::Status SaveCheckpoint(const CheckpointSink& sink, const ParameterStore& weights,
                             const ParameterStore* master, const ParameterStore& exp_avg,
                             const ParameterStore& exp_avg_sq, const TrainerState& state,
                             int64_t keep_last);
@@ -60,11 +72,18 @@ absl::Status SaveCheckpoint(const std::string& run_dir, const ParameterStore& we
 // ZeRO-2 each rank writes its optimizer shard): an empty staging directory,
 // the model and trainer state in it, then the commit (fsync, rename into
 // place, `latest`, pruning to `keep_last`).
-std::string CheckpointStagingPath(const std::string& run_dir, int64_t step);
-absl::Status PrepareCheckpointStaging(const std::string& run_dir, int64_t step);
+std::string CheckpointStagingPath(const CheckpointSink& sink, int64_t step);
+absl::Status PrepareCheckpointStaging(const CheckpointSink& sink, int64_t step);
 absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
                                           const ParameterStore& weights, const TrainerState& state);
-absl::Status CommitCheckpoint(const std::string& run_dir, int64_t step, int64_t keep_last);
+absl::Status CommitCheckpoint(const CheckpointSink& sink, int64_t step, int64_t keep_last);
+// `status` after removing the staging directory of `step` when it is an
+// error (a failed write leaves nothing behind).
+absl::Status DropStagingOnError(absl::Status status, const CheckpointSink& sink, int64_t step);
+
+// Removes the staging directories of attempts older than `attempt` (they are
+// fenced out and can no longer commit).
+void RemoveStaleStaging(const std::string& run_dir, int64_t attempt);
 
 // The newest complete checkpoint directory of the run, if any.
 absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& run_dir);

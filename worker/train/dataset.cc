@@ -1,6 +1,9 @@
 #include "worker/train/dataset.h"
 
+#include <cstdint>
+#include <limits>
 #include <numeric>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -184,6 +187,11 @@ absl::StatusOr<DataCursor> DataCursor::FromJson(absl::string_view json, int64_t 
     if (!j.contains(field) || !j[field].is_number_integer()) {
       return bad(absl::StrCat("field '", field, "' must be an integer"));
     }
+    // The seed is a uint64; the counters must fit an int64.
+    if (std::string_view(field) != "seed" && j[field].is_number_unsigned() &&
+        j[field].get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return bad(absl::StrCat("field '", field, "' is too large"));
+    }
   }
   if (!j.contains("shuffle") || !j["shuffle"].is_boolean()) {
     return bad("field 'shuffle' must be true or false");
@@ -200,7 +208,8 @@ absl::StatusOr<DataCursor> DataCursor::FromJson(absl::string_view json, int64_t 
   }
   const int64_t epoch = j["epoch"].get<int64_t>();
   const int64_t position = j["position"].get<int64_t>();
-  if (epoch < 0 || position < 0 || position > size) {
+  if (epoch < 0 || position < 0 || position > size ||
+      (size > 0 && epoch > std::numeric_limits<int64_t>::max() / size - 1)) {
     return bad(absl::StrCat("epoch ", epoch, ", position ", position, " is outside a dataset of ",
                             size, " examples"));
   }

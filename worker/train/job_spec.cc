@@ -1,5 +1,7 @@
 #include "worker/train/job_spec.h"
 
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -16,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -191,9 +195,9 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
 
 const std::vector<absl::string_view>& TopKeys() {
   static const auto* keys = new std::vector<absl::string_view>{
-      "name",       "model",           "data",       "objective",    "seq_len",
-      "truncation", "log_every_steps", "streambp",   "train",        "dpo",
-      "grpo",       "resources",       "checkpoint", "max_restarts", "priority"};
+      "name",         "model",   "data", "objective", "seq_len",   "truncation", "log_every_steps",
+      "streambp",     "train",   "dpo",  "grpo",      "resources", "checkpoint", "resume_from",
+      "max_restarts", "priority"};
   return *keys;
 }
 
@@ -316,25 +320,43 @@ class Block {
 
 // Field readers: each leaves `out` unchanged when the key is absent or null.
 
+// Digits with an optional sign: an integer, possibly outside int64.
+bool LooksLikeInteger(absl::string_view text) {
+  if (!text.empty() && (text.front() == '+' || text.front() == '-')) text.remove_prefix(1);
+  return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
+}
+
+// An integer in [min, max]; `requirement` names the lower bound ("must be a
+// positive integer"); above `max` reads "must be at most <max>".
 absl::Status ReadInt(const Reader& r, const Block& b, absl::string_view key, int64_t min,
-                     absl::string_view requirement, int64_t& out) {
+                     int64_t max, absl::string_view requirement, int64_t& out) {
   const YAML::Node node = b.Get(key);
   if (node.IsNull()) return absl::OkStatus();
   std::optional<int64_t> value;
   if (node.IsScalar()) value = ParseIntText(node.Scalar());
-  if (!value) return r.Got(b.Path(key), "must be an integer", node);
+  if (!value) {
+    if (node.IsScalar() && LooksLikeInteger(node.Scalar())) {  // beyond int64
+      return r.Got(b.Path(key),
+                   node.Scalar().front() == '-' ? std::string(requirement)
+                                                : absl::StrCat("must be at most ", max),
+                   node);
+    }
+    return r.Got(b.Path(key), "must be an integer", node);
+  }
   if (*value < min) return r.Got(b.Path(key), requirement, node);
+  if (*value > max) return r.Got(b.Path(key), absl::StrCat("must be at most ", max), node);
   out = *value;
   return absl::OkStatus();
 }
 
-absl::Status ReadPositiveInt(const Reader& r, const Block& b, absl::string_view key, int64_t& out) {
-  return ReadInt(r, b, key, 1, "must be a positive integer", out);
+absl::Status ReadPositiveInt(const Reader& r, const Block& b, absl::string_view key, int64_t max,
+                             int64_t& out) {
+  return ReadInt(r, b, key, 1, max, "must be a positive integer", out);
 }
 
-absl::Status ReadNonNegativeInt(const Reader& r, const Block& b, absl::string_view key,
+absl::Status ReadNonNegativeInt(const Reader& r, const Block& b, absl::string_view key, int64_t max,
                                 int64_t& out) {
-  return ReadInt(r, b, key, 0, "must be a non-negative integer", out);
+  return ReadInt(r, b, key, 0, max, "must be a non-negative integer", out);
 }
 
 // `ok(value)` decides the range; `requirement` names it ("must be a positive number").
@@ -367,6 +389,44 @@ absl::Status ReadBool(const Reader& r, const Block& b, absl::string_view key, bo
   return absl::OkStatus();
 }
 
+// Well-formed UTF-8: no stray continuation bytes, overlong forms, surrogates
+// or code points past U+10FFFF.
+bool IsValidUtf8(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t length;
+    uint32_t code;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      length = 2;
+      code = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      length = 3;
+      code = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      length = 4;
+      code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + length > text.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3f);
+    }
+    static constexpr uint32_t kMinimum[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < kMinimum[length] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 absl::Status ReadString(const Reader& r, const Block& b, absl::string_view key, std::string& out) {
   const YAML::Node node = b.Get(key);
   if (node.IsNull()) return absl::OkStatus();
@@ -374,6 +434,8 @@ absl::Status ReadString(const Reader& r, const Block& b, absl::string_view key, 
   if (absl::StripAsciiWhitespace(node.Scalar()).empty()) {
     return r.Error(b.Path(key), "must not be empty");
   }
+  // The stored JSON form could not hold other bytes unchanged.
+  if (!IsValidUtf8(node.Scalar())) return r.Got(b.Path(key), "must be valid UTF-8 text", node);
   out = node.Scalar();
   return absl::OkStatus();
 }
@@ -406,9 +468,13 @@ absl::Status ReadChunk(const Reader& r, const Block& b, absl::string_view key, i
       return absl::OkStatus();
     }
     std::optional<int64_t> value = ParseIntText(node.Scalar());
-    if (value && *value > 0) {
+    if (value && *value > 0 && *value <= kMaxSpecSeqLen) {
       out = *value;
       return absl::OkStatus();
+    }
+    if ((value && *value > kMaxSpecSeqLen) ||
+        (!value && LooksLikeInteger(node.Scalar()) && node.Scalar().front() != '-')) {
+      return r.Got(b.Path(key), absl::StrCat("must be at most ", kMaxSpecSeqLen), node);
     }
   }
   return r.Got(b.Path(key), "must be 'auto' or a positive integer", node);
@@ -453,13 +519,13 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
       r, top, "objective",
       {{"sft", Objective::kSft}, {"dpo", Objective::kDpo}, {"grpo", Objective::kGrpo}},
       s.objective));
-  RETURN_IF_ERROR(ReadPositiveInt(r, top, "seq_len", s.seq_len));
+  RETURN_IF_ERROR(ReadPositiveInt(r, top, "seq_len", kMaxSpecSeqLen, s.seq_len));
   RETURN_IF_ERROR(ReadEnum<Truncation>(
       r, top, "truncation", {{"reject", Truncation::kReject}, {"truncate", Truncation::kTruncate}},
       s.truncation));
-  RETURN_IF_ERROR(ReadPositiveInt(r, top, "log_every_steps", s.log_every_steps));
-  RETURN_IF_ERROR(ReadNonNegativeInt(r, top, "max_restarts", s.max_restarts));
-  RETURN_IF_ERROR(ReadInt(r, top, "priority", INT64_MIN, "", s.priority));
+  RETURN_IF_ERROR(ReadPositiveInt(r, top, "log_every_steps", kMaxSpecSteps, s.log_every_steps));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, top, "max_restarts", kMaxSpecRestarts, s.max_restarts));
+  RETURN_IF_ERROR(ReadInt(r, top, "priority", INT64_MIN, INT64_MAX, "", s.priority));
 
   // streambp
   ASSIGN_OR_RETURN(Block sb, Block::Make(r, top.Get("streambp"), "streambp"));
@@ -474,10 +540,12 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   // train
   ASSIGN_OR_RETURN(Block tb, Block::Make(r, top.Get("train"), "train"));
   TrainSpec& t = s.train;
-  RETURN_IF_ERROR(ReadPositiveInt(r, tb, "steps", t.steps));
-  RETURN_IF_ERROR(ReadPositiveInt(r, tb, "sequences_per_step", t.sequences_per_step));
+  RETURN_IF_ERROR(ReadPositiveInt(r, tb, "steps", kMaxSpecSteps, t.steps));
+  RETURN_IF_ERROR(
+      ReadPositiveInt(r, tb, "sequences_per_step", kMaxSpecSequencesPerStep, t.sequences_per_step));
   t.micro_batch_sequences = t.sequences_per_step;
-  RETURN_IF_ERROR(ReadPositiveInt(r, tb, "micro_batch_sequences", t.micro_batch_sequences));
+  RETURN_IF_ERROR(ReadPositiveInt(r, tb, "micro_batch_sequences", kMaxSpecSequencesPerStep,
+                                  t.micro_batch_sequences));
   if (t.micro_batch_sequences > t.sequences_per_step) {
     return r.Got(
         tb.Path("micro_batch_sequences"),
@@ -490,7 +558,7 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
                                         {"linear", LrSchedule::kLinear},
                                         {"cosine", LrSchedule::kCosine}},
                                        t.schedule));
-  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "warmup_steps", t.warmup_steps));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "warmup_steps", kMaxSpecSteps, t.warmup_steps));
   if (t.warmup_steps > t.steps) {
     return r.Got(tb.Path("warmup_steps"),
                  absl::StrCat("must be at most train.steps (", t.steps, ")"),
@@ -519,10 +587,10 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   RETURN_IF_ERROR(ReadNumber(r, tb, "max_grad_norm", NonNegative,
                              "must be a non-negative number (0 turns clipping off)",
                              t.max_grad_norm));
-  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "seed", t.seed));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "seed", INT64_MAX, t.seed));
   RETURN_IF_ERROR(ReadEnum<Precision>(
       r, tb, "precision", {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}}, t.precision));
-  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "epochs", t.epochs));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "epochs", kMaxSpecSteps, t.epochs));
   RETURN_IF_ERROR(ReadBool(r, tb, "shuffle", t.shuffle));
 
   // dpo, grpo: always read, so that their defaults are filled in.
@@ -545,7 +613,7 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
 
   // resources
   ASSIGN_OR_RETURN(Block rb, Block::Make(r, top.Get("resources"), "resources"));
-  RETURN_IF_ERROR(ReadPositiveInt(r, rb, "world_size", s.resources.world_size));
+  RETURN_IF_ERROR(ReadPositiveInt(r, rb, "world_size", kMaxSpecWorldSize, s.resources.world_size));
   RETURN_IF_ERROR(ReadEnum<DeviceKind>(r, rb, "device",
                                        {{DeviceKindName(DeviceKind::kCpu), DeviceKind::kCpu},
                                         {DeviceKindName(DeviceKind::kCuda), DeviceKind::kCuda}},
@@ -562,10 +630,11 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
 
   // checkpoint
   ASSIGN_OR_RETURN(Block cb, Block::Make(r, top.Get("checkpoint"), "checkpoint"));
-  RETURN_IF_ERROR(ReadNonNegativeInt(r, cb, "every_steps", s.checkpoint.every_steps));
-  RETURN_IF_ERROR(ReadString(r, cb, "dir", s.checkpoint.dir));
-  if (s.checkpoint.dir.empty()) s.checkpoint.dir = absl::StrCat("runs/", s.name);
-  RETURN_IF_ERROR(ReadNonNegativeInt(r, cb, "keep_last", s.checkpoint.keep_last));
+  RETURN_IF_ERROR(
+      ReadNonNegativeInt(r, cb, "every_steps", kMaxSpecSteps, s.checkpoint.every_steps));
+  RETURN_IF_ERROR(ReadString(r, cb, "dir", s.checkpoint.dir));  // "": one per job (trainer)
+  RETURN_IF_ERROR(ReadString(r, top, "resume_from", s.resume_from));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, cb, "keep_last", kMaxSpecSteps, s.checkpoint.keep_last));
 
   // Rules between blocks.
   if (t.sequences_per_step < s.resources.world_size) {
@@ -626,8 +695,9 @@ Json ToJsonValue(const JobSpec& s) {
     j["resources"]["memory"] = FormatExactByteSize(s.resources.memory_bytes);
   }
   j["checkpoint"] = {{"every_steps", s.checkpoint.every_steps},
-                     {"dir", s.checkpoint.dir},
                      {"keep_last", s.checkpoint.keep_last}};
+  if (!s.checkpoint.dir.empty()) j["checkpoint"]["dir"] = s.checkpoint.dir;
+  if (!s.resume_from.empty()) j["resume_from"] = s.resume_from;
   j["max_restarts"] = s.max_restarts;
   j["priority"] = s.priority;
   return j;
@@ -694,24 +764,85 @@ void EmitJson(YAML::Emitter& out, const Json& j) {
 
 std::string MessageOf(const std::exception& e) { return Sanitize(e.what()); }
 
+// Sees a document's events and keeps only where each document starts.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  std::vector<YAML::Mark> starts;
+};
+
+// The number of YAML documents in `text`. yaml-cpp 0.7 never gets past a ','
+// where a document should start ("," or "[a], b"): YAML::LoadAll would
+// collect empty documents there until memory runs out. Documents are counted
+// here instead, and one that starts where the previous one did is an error.
+// Throws what the parser throws.
+absl::StatusOr<size_t> CountYamlDocuments(const std::string& text, absl::string_view prefix) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts events;
+  while (parser.HandleNextDocument(events)) {
+    const size_t n = events.starts.size();
+    if (n >= 2 && events.starts[n - 1].pos == events.starts[n - 2].pos) {
+      const YAML::Mark& mark = events.starts[n - 1];
+      const size_t pos = static_cast<size_t>(std::max(mark.pos, 0));
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "line ", mark.line + 1, ", column ", mark.column + 1,
+                       ": invalid YAML: unexpected ",
+                       pos < text.size() ? absl::StrCat("'", Sanitize(text.substr(pos, 1)), "'")
+                                         : std::string("end of text")));
+    }
+    if (n > text.size() + 1) {  // every document takes at least one byte
+      return absl::InvalidArgumentError(absl::StrCat(prefix, "invalid YAML: the parser is stuck"));
+    }
+  }
+  return events.starts.size();
+}
+
+absl::Status CheckSpecText(absl::string_view text, absl::string_view prefix, int64_t limit) {
+  if (text.size() <= static_cast<size_t>(limit)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(prefix, "the job spec has ", text.size(),
+                                                 " bytes, over the ", LimitText(limit), " limit"));
+}
+
 }  // namespace
 
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view source_name) {
   const Reader reader(source_name);
   const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
+  RETURN_IF_ERROR(CheckSpecText(yaml_text, prefix, kMaxJobSpecBytes));
+  // Before parsing: yaml-cpp recurses once per nesting level.
+  RETURN_IF_ERROR(CheckYamlNesting(yaml_text, kMaxInputNestingDepth, source_name));
   try {
-    std::vector<YAML::Node> documents;
+    const std::string text(yaml_text);
+    YAML::Node document;
+    size_t documents = 0;
     try {
-      documents = YAML::LoadAll(std::string(yaml_text));
+      ASSIGN_OR_RETURN(documents, CountYamlDocuments(text, prefix));
+      if (documents == 1) document = YAML::Load(text);
+    } catch (const YAML::DeepRecursion& e) {  // block nesting past yaml-cpp's own limit
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "line ", e.mark.line + 1, ": YAML nested deeper than ", e.depth(), " levels"));
     } catch (const YAML::ParserException& e) {
       return absl::InvalidArgumentError(absl::StrCat(prefix, "line ", e.mark.line + 1, ", column ",
                                                      e.mark.column + 1, ": invalid YAML: ", e.msg));
     }
-    if (documents.size() > 1) {
+    if (documents > 1) {
       return absl::InvalidArgumentError(absl::StrCat(prefix, "expected one YAML document, found ",
-                                                     documents.size(), " (separated by ---)"));
+                                                     documents, " (separated by ---)"));
     }
-    return ReadSpec(reader, documents.empty() ? YAML::Node() : documents[0]);
+    return ReadSpec(reader, document);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(prefix, "cannot read the job spec: ", MessageOf(e)));
@@ -722,6 +853,11 @@ absl::StatusOr<JobSpec> JobSpecFromJson(absl::string_view json_text,
                                         absl::string_view source_name) {
   const Reader reader(source_name);
   const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");
+  // The JSON form of a spec of kMaxJobSpecBytes may be longer: an escaped
+  // control character takes six bytes.
+  RETURN_IF_ERROR(CheckSpecText(json_text, prefix, 6 * kMaxJobSpecBytes));
+  // Before parsing: JsonToYaml recurses once per nesting level.
+  RETURN_IF_ERROR(CheckJsonNesting(json_text, kMaxInputNestingDepth, source_name));
   try {
     Json j;
     try {
@@ -737,6 +873,10 @@ absl::StatusOr<JobSpec> JobSpecFromJson(absl::string_view json_text,
   }
 }
 
+absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path) {
+  return ReadRegularFile(path, kMaxJobSpecBytes, "a job spec");
+}
+
 std::string JobSpecToJson(const JobSpec& spec) {
   // Names and paths may hold invalid UTF-8; replace rather than throw.
   return ToJsonValue(spec).dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -748,11 +888,13 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   const Json j = ToJsonValue(spec);
   // Fixed order, the same as DESIGN.md §5, rather than the JSON's sorted keys.
   static constexpr absl::string_view kOrder[] = {
-      "name",       "model",           "data",       "objective",    "seq_len",
-      "truncation", "log_every_steps", "streambp",   "train",        "dpo",
-      "grpo",       "resources",       "checkpoint", "max_restarts", "priority"};
+      "name",         "model",   "data", "objective", "seq_len",   "truncation", "log_every_steps",
+      "streambp",     "train",   "dpo",  "grpo",      "resources", "checkpoint", "resume_from",
+      "max_restarts", "priority"};
   for (absl::string_view key : kOrder) {
-    const Json& value = j.at(std::string(key));
+    const auto found = j.find(std::string(key));
+    if (found == j.end()) continue;  // optional and unset (resume_from)
+    const Json& value = *found;
     out << YAML::Key << std::string(key) << YAML::Value;
     if (value.is_object()) {
       out << YAML::BeginMap;
@@ -790,9 +932,15 @@ absl::Status CheckModelDir(absl::string_view field, absl::string_view base_dir,
   if (!std::filesystem::is_directory(dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": '", dir, "' is not a directory"));
   }
-  if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / "config.json", ec)) {
+  const std::filesystem::path config = std::filesystem::path(dir) / "config.json";
+  if (!std::filesystem::exists(config, ec)) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": directory '", dir, "' has no config.json"));
+  }
+  if (!std::filesystem::is_regular_file(config, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": '", config.string(),
+                                                   "' is not a regular file (only regular files "
+                                                   "are read)"));
   }
   return absl::OkStatus();
 }
@@ -807,7 +955,8 @@ absl::Status ValidateJobSpecFiles(const JobSpec& spec, absl::string_view base_di
     return absl::InvalidArgumentError(absl::StrCat("data: file '", data, "' does not exist"));
   }
   if (!std::filesystem::is_regular_file(data, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat("data: '", data, "' is not a regular file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: '", data, "' is not a regular file (only regular files are read)"));
   }
   if (spec.objective == Objective::kDpo) {
     RETURN_IF_ERROR(CheckModelDir("dpo.reference", base_dir, spec.dpo.reference));

@@ -7,6 +7,13 @@
 //
 // Specs also travel as JSON (the coordinator stores them in SQLite); the JSON
 // form has the same keys and goes through the same validation.
+//
+// Hostile input cannot crash or exhaust the reader: the text is at most
+// kMaxJobSpecBytes and nested at most kMaxInputNestingDepth levels (both
+// checked before parsing), and every number is bounded by what a machine
+// could hold or a run could reach (the kMaxSpec* limits below), e.g.
+// "job.yaml: train.sequences_per_step: must be at most 1048576 (got
+// 1152921504606846977)".
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,23 @@
 #include "worker/engine/engine.h"
 
 namespace sbp {
+
+// Largest spec text: a real one is under 2 KiB, and the coordinator takes at
+// most 64 KiB. Parsing this much YAML costs at most ~15 MB and 0.2 s.
+inline constexpr int64_t kMaxJobSpecBytes = int64_t{64} << 10;
+// seq_len, and chunk_tokens / logits_chunk_tokens: 16M tokens. With the
+// model's own bounds every activation size stays far inside int64.
+inline constexpr int64_t kMaxSpecSeqLen = int64_t{1} << 24;
+// train.sequences_per_step and micro_batch_sequences (examples of one step
+// are indexed in memory).
+inline constexpr int64_t kMaxSpecSequencesPerStep = int64_t{1} << 20;
+// train.steps, warmup_steps, epochs, log_every_steps, checkpoint.every_steps
+// and keep_last.
+inline constexpr int64_t kMaxSpecSteps = 1'000'000'000;
+// resources.world_size (the coordinator may allow fewer).
+inline constexpr int64_t kMaxSpecWorldSize = 65536;
+// max_restarts.
+inline constexpr int64_t kMaxSpecRestarts = 1000;
 
 enum class Objective { kSft, kDpo, kGrpo };
 enum class LrSchedule { kConstant, kLinear, kCosine };
@@ -87,8 +111,10 @@ struct ResourcesSpec {
 
 struct CheckpointSpec {
   int64_t every_steps = 0;  // 0: no periodic checkpoints
-  std::string dir;          // parse sets it to "runs/<name>" when omitted
-  int64_t keep_last = 0;    // 0: keep every checkpoint
+  // The run directory; "" (the default): one of its own per job, runs/<job id>
+  // (runs/<name> for `sbp train`), so that a new job never resumes another's.
+  std::string dir;
+  int64_t keep_last = 0;  // 0: keep every checkpoint
   bool operator==(const CheckpointSpec&) const = default;
 };
 
@@ -106,6 +132,10 @@ struct JobSpec {
   GrpoSpec grpo;
   ResourcesSpec resources;
   CheckpointSpec checkpoint;
+  // A checkpoint (or a run directory, meaning its newest checkpoint) that a
+  // new job starts from: its weights, optimizer state, step and data
+  // position. "" starts from `model`. Retries of a job resume its own run.
+  std::string resume_from;
   int64_t max_restarts = 3;  // attempts after the first one fails (lost worker, stall)
   int64_t priority = 0;      // higher runs first; ties are FIFO
   bool operator==(const JobSpec&) const = default;
@@ -114,6 +144,10 @@ struct JobSpec {
 // Parses and validates a spec. `source_name` (e.g. "job.yaml") prefixes every
 // error message. Never throws.
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view source_name);
+
+// The text of a spec file: a regular file (never a FIFO or a device) of at
+// most kMaxJobSpecBytes, refused by its type and size before it is read.
+absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path);
 
 // Checks what the spec points at: the model directory has a config.json, the
 // data file exists, and for DPO (and GRPO with beta > 0) the reference model

@@ -1,16 +1,15 @@
 #include "worker/train/jsonl_data.h"
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
-#include <system_error>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -79,6 +78,13 @@ std::string FormatHint(const Json& object, absl::string_view expected) {
 }
 
 absl::StatusOr<Json> ParseObject(absl::string_view line, absl::string_view where) {
+  if (line.size() > static_cast<size_t>(kMaxJsonlLineBytes)) {
+    return Invalid(where, absl::StrCat("line is longer than the ", LimitText(kMaxJsonlLineBytes),
+                                       " limit for a JSONL line"));
+  }
+  // Before parsing: nested values are copied and printed recursively, and a
+  // line nested 200,000 levels deep would overflow the stack.
+  RETURN_IF_ERROR(CheckJsonNesting(line, kMaxInputNestingDepth, where));
   Json object;
   try {
     object = Json::parse(line.begin(), line.end());
@@ -186,34 +192,95 @@ absl::StatusOr<TokenSequence> PromptResponse(const std::vector<int32_t>& prompt,
   return s;
 }
 
+// The lines of a regular file, one at a time, each at most
+// kMaxJsonlLineBytes: memory stays bounded by the longest line, whatever the
+// file holds (no newline in 20 GB is refused at the limit).
+class LineReader {
+ public:
+  explicit LineReader(RegularFile file) : file_(std::move(file)) {}
+
+  // The next line without its '\n' in `*line`; false at the end of the file.
+  absl::StatusOr<bool> Next(absl::string_view* line) {
+    if (start_ > 0 && start_ == pending_.size()) {
+      pending_.clear();
+      start_ = 0;
+      scanned_ = 0;
+    }
+    while (true) {
+      const size_t newline = pending_.find('\n', scanned_);
+      if (newline != std::string::npos) {
+        RETURN_IF_ERROR(CheckLength(newline - start_));
+        *line = absl::string_view(pending_).substr(start_, newline - start_);
+        start_ = scanned_ = newline + 1;
+        ++number_;
+        return true;
+      }
+      scanned_ = pending_.size();
+      RETURN_IF_ERROR(CheckLength(pending_.size() - start_));
+      if (eof_) {
+        if (start_ == pending_.size()) return false;
+        *line = absl::string_view(pending_).substr(start_);
+        start_ = scanned_ = pending_.size();
+        ++number_;
+        return true;
+      }
+      // Drop consumed lines before reading more.
+      if (start_ > 0) {
+        pending_.erase(0, start_);
+        scanned_ -= start_;
+        start_ = 0;
+      }
+      constexpr size_t kBlock = size_t{1} << 20;
+      const size_t used = pending_.size();
+      pending_.resize(used + kBlock);
+      absl::StatusOr<size_t> got = file_.Read(pending_.data() + used, kBlock);
+      if (!got.ok()) {
+        return absl::DataLossError(absl::StrCat(file_.path(), ":", number_ + 1, ": read error"));
+      }
+      pending_.resize(used + *got);
+      eof_ = *got == 0;
+    }
+  }
+
+  int64_t number() const { return number_; }  // of the line last returned
+
+ private:
+  absl::Status CheckLength(size_t length) const {
+    if (length <= static_cast<size_t>(kMaxJsonlLineBytes)) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_.path(), ":", number_ + 1, ": line is longer than the ",
+                     LimitText(kMaxJsonlLineBytes), " limit for a JSONL line"));
+  }
+
+  RegularFile file_;
+  std::string pending_;  // bytes read and not yet returned start at start_
+  size_t start_ = 0;
+  size_t scanned_ = 0;  // no '\n' in [start_, scanned_)
+  bool eof_ = false;
+  int64_t number_ = 0;
+};
+
 // Reads `path` line by line; `parse` turns one non-blank line into an example.
 template <typename T>
 absl::StatusOr<std::vector<T>> LoadLines(
     const std::string& path,
     const std::function<absl::StatusOr<T>(absl::string_view, absl::string_view)>& parse) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
+  absl::StatusOr<RegularFile> file =
+      RegularFile::Open(path, std::numeric_limits<int64_t>::max(), "a data file");
+  if (absl::IsNotFound(file.status())) {
     return absl::NotFoundError(absl::StrCat("data file '", path, "' does not exist"));
   }
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data file '", path, "' is a directory, not a JSONL file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open data file '", path, "'"));
+  if (!file.ok()) return file.status();
+  LineReader reader(*std::move(file));
   std::vector<T> out;
-  std::string line;
-  int64_t number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    absl::string_view text = line;
-    if (number == 1 && absl::StartsWith(text, "\xEF\xBB\xBF")) text.remove_prefix(3);  // BOM
+  absl::string_view text;
+  while (true) {
+    ASSIGN_OR_RETURN(bool more, reader.Next(&text));
+    if (!more) break;
+    if (reader.number() == 1 && absl::StartsWith(text, "\xEF\xBB\xBF")) text.remove_prefix(3);
     if (absl::StripAsciiWhitespace(text).empty()) continue;
-    ASSIGN_OR_RETURN(T example, parse(text, absl::StrCat(path, ":", number)));
+    ASSIGN_OR_RETURN(T example, parse(text, absl::StrCat(path, ":", reader.number())));
     out.push_back(std::move(example));
-  }
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat(path, ":", number + 1, ": read error"));
   }
   if (out.empty()) {
     return absl::InvalidArgumentError(

@@ -11,8 +11,10 @@
 // Every error is InvalidArgument (NotFound for a missing file) and names the
 // file, the line and the field ("data.jsonl:17: field 'chosen_ids' must be an
 // array of integers, got string"); nothing is returned unless the whole file
-// is valid. DPO and GRPO responses must not be empty; an SFT line may have
-// no token with a loss, but an SFT file must have at least one.
+// is valid. The file must be a regular file (never a FIFO or a device); each
+// line has at most kMaxJsonlLineBytes and is nested at most
+// kMaxInputNestingDepth levels deep (both checked before it is parsed). DPO and GRPO responses must
+// not be empty; an SFT line may have no token with a loss, but an SFT file must have at least one.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,10 @@
 #include "worker/train/job_spec.h"
 
 namespace sbp {
+
+// Longest JSONL line read: a GRPO group of 16 completions of 64k tokens each,
+// with old_logprobs, is ~32 MiB of text.
+inline constexpr int64_t kMaxJsonlLineBytes = int64_t{64} << 20;
 
 struct DataOptions {
   int64_t vocab_size = 0;                       // every id must be in [0, vocab_size)

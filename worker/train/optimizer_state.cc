@@ -36,7 +36,7 @@ class LocalOptimizerState final : public OptimizerState {
     CastMastersIntoWeights();
     return absl::OkStatus();
   }
-  absl::Status Save(const std::string& run_dir, const TrainerState& state,
+  absl::Status Save(const CheckpointSink& sink, const TrainerState& state,
                     int64_t keep_last) override {
     CpuAllocator host;
     ASSIGN_OR_RETURN(const ParameterStore w,
@@ -49,7 +49,7 @@ class LocalOptimizerState final : public OptimizerState {
                      HostCopyOfStore(optimizer_.exp_avg(), backend_, host, "checkpoint exp_avg"));
     ASSIGN_OR_RETURN(const ParameterStore v, HostCopyOfStore(optimizer_.exp_avg_sq(), backend_,
                                                              host, "checkpoint exp_avg_sq"));
-    return SaveCheckpoint(run_dir, w, master ? &*master : nullptr, m, v, state, keep_last);
+    return SaveCheckpoint(sink, w, master ? &*master : nullptr, m, v, state, keep_last);
   }
   absl::StatusOr<TrainerState> Load(const std::string& dir) override {
     CpuAllocator host;
@@ -99,9 +99,9 @@ class Zero2OptimizerState final : public OptimizerState {
   absl::Status Update(double lr, int64_t step, float grad_scale) override {
     return zero_->Step(AdamWStepParams(train_, lr, step, grad_scale), train_.weight_decay);
   }
-  absl::Status Save(const std::string& run_dir, const TrainerState& state,
+  absl::Status Save(const CheckpointSink& sink, const TrainerState& state,
                     int64_t keep_last) override {
-    return SaveShardedCheckpoint(run_dir, weights_, *zero_, state, keep_last);
+    return SaveShardedCheckpoint(sink, weights_, *zero_, state, keep_last);
   }
   absl::StatusOr<TrainerState> Load(const std::string& dir) override {
     return LoadShardedCheckpoint(dir, weights_, *zero_);

@@ -37,7 +37,7 @@ class OptimizerState {
   virtual absl::StatusOr<double> GlobalGradNorm() = 0;
   // AdamW on the masters, then the compute copy from them.
   virtual absl::Status Update(double lr, int64_t step, float grad_scale) = 0;
-  virtual absl::Status Save(const std::string& run_dir, const TrainerState& state,
+  virtual absl::Status Save(const CheckpointSink& sink, const TrainerState& state,
                             int64_t keep_last) = 0;
   // Restores masters, moments and the compute copy from a checkpoint.
   virtual absl::StatusOr<TrainerState> Load(const std::string& checkpoint_dir) = 0;

@@ -43,12 +43,12 @@ std::string OptimizerShardFileName(int rank, int world_size) {
   return name;
 }
 
-absl::Status SaveShardedCheckpoint(const std::string& run_dir, const ParameterStore& weights,
+absl::Status SaveShardedCheckpoint(const CheckpointSink& sink, const ParameterStore& weights,
                                    Zero2State& zero, const TrainerState& state, int64_t keep_last) {
   Communicator& comm = zero.communicator();
   Backend& backend = zero.backend();
-  const std::string staging = CheckpointStagingPath(run_dir, state.step);
-  RETURN_IF_ERROR(OnRankZero(comm, [&] { return PrepareCheckpointStaging(run_dir, state.step); }));
+  const std::string staging = CheckpointStagingPath(sink, state.step);
+  RETURN_IF_ERROR(OnRankZero(comm, [&] { return PrepareCheckpointStaging(sink, state.step); }));
 
   CpuAllocator host;
   const bool masters = CheckpointNeedsMasters(weights.config(), zero.separate_master());
@@ -77,16 +77,25 @@ absl::Status SaveShardedCheckpoint(const std::string& run_dir, const ParameterSt
   // Every rank learns whether all shards were written.
   double failures = written.ok() ? 0 : 1;
   RETURN_IF_ERROR(comm.AllReduce(&failures, 1, ReduceOp::kSum));
+  if (!written.ok() && comm.rank() == 0) {
+    return DropStagingOnError(written, sink, state.step);
+  }
   RETURN_IF_ERROR(written);
   if (failures > 0) {
+    if (comm.rank() == 0)
+      DropStagingOnError(absl::AbortedError(""), sink, state.step).IgnoreError();
     return absl::InternalError(
         absl::StrCat(failures, " rank(s) failed to write their optimizer shard"));
   }
   return OnRankZero(comm, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const ParameterStore host_weights,
                      HostCopyOfStore(weights, backend, host, "checkpoint weights"));
-    RETURN_IF_ERROR(WriteCheckpointModelAndState(staging, host_weights, state));
-    return CommitCheckpoint(run_dir, state.step, keep_last);
+    return DropStagingOnError(
+        [&]() -> absl::Status {
+          RETURN_IF_ERROR(WriteCheckpointModelAndState(staging, host_weights, state));
+          return CommitCheckpoint(sink, state.step, keep_last);
+        }(),
+        sink, state.step);
   });
 }
 

@@ -23,7 +23,7 @@ namespace sbp {
 std::string OptimizerShardFileName(int rank, int world_size);
 
 // Called by every rank with the same `state`.
-absl::Status SaveShardedCheckpoint(const std::string& run_dir, const ParameterStore& weights,
+absl::Status SaveShardedCheckpoint(const CheckpointSink& sink, const ParameterStore& weights,
                                    Zero2State& zero, const TrainerState& state, int64_t keep_last);
 
 // Every rank loads the weights, the trainer state and its own optimizer

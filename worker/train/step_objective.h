@@ -25,8 +25,8 @@ namespace sbp {
 // global normalisers).
 struct ObjectiveStepResult {
   double loss = 0;
-  int64_t tokens = 0;        // tokens run through the policy's forward + backward
-  double model_flops = 0;    // TrainingFlops of those sequences
+  int64_t tokens = 0;      // tokens run through the policy's forward + backward
+  double model_flops = 0;  // TrainingFlops of those sequences
   nlohmann::json extra = nlohmann::json::object();  // numbers only
 };
 

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "common/failure_kind.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/compute_device.h"
@@ -17,13 +19,16 @@
 #include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/parameter_store.h"
+#include "worker/engine/planner.h"
 #include "worker/model/model_io.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
 #include "worker/train/job_plan.h"
 #include "worker/train/lr_schedule.h"
+#include "worker/train/metrics_log.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/optimizer_state.h"
+#include "worker/train/run_directory.h"
 #include "worker/train/step_objective.h"
 
 namespace sbp {
@@ -31,28 +36,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// Keeps the lines of metrics.jsonl up to `last_step` (a resumed run rewrites
-// the steps after its checkpoint) and opens it for appending.
-absl::StatusOr<std::unique_ptr<std::ofstream>> OpenMetrics(const std::string& path,
-                                                           int64_t last_step) {
-  std::vector<std::string> kept;
-  {
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.is_object() && j.value("step", int64_t{0}) <= last_step) {
-        kept.push_back(line);
-      }
-    }
-  }
-  auto out = std::make_unique<std::ofstream>(path, std::ios::trunc);
-  if (!*out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  for (const std::string& line : kept) *out << line << '\n';
-  out->flush();
-  return out;
-}
 
 absl::StatusOr<ParameterStore> LoadStore(const std::string& dir, const ModelConfig* expected,
                                          Allocator& allocator, const std::string& what) {
@@ -133,6 +116,66 @@ absl::Status SumOverRanks(Communicator* comm, ObjectiveStepResult& result) {
   return absl::OkStatus();
 }
 
+// Every rank gets rank 0's verdict on `what` (the others pass OK).
+absl::Status AgreeOnRankZero(Communicator* comm, const absl::Status& status,
+                             absl::string_view what) {
+  if (comm == nullptr) return status;
+  double failed = status.ok() ? 0 : 1;
+  RETURN_IF_ERROR(comm->AllReduce(&failed, 1, ReduceOp::kMax));
+  if (!status.ok()) return status;
+  if (failed > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank 0 could not ", what, " (its error names the reason)"));
+  }
+  return absl::OkStatus();
+}
+
+// DIVERGED: the step, the figures and the last good checkpoint.
+absl::Status Diverged(int64_t step, double loss, double grad_norm, const std::string& run_dir) {
+  const absl::StatusOr<std::optional<std::string>> last = FindLatestCheckpoint(run_dir);
+  const std::string good = last.ok() && last->has_value()
+                               ? absl::StrCat("the last good checkpoint is ", **last)
+                               : std::string("there is no checkpoint yet");
+  return WithFailureKind(absl::InternalError(absl::StrCat(
+                             "diverged at step ", step, ": the loss (", loss,
+                             ") or the gradient norm (", grad_norm, ") is not finite; ", good,
+                             "; lower train.lr, set train.max_grad_norm, or check the data")),
+                         FailureKind::kDiverged);
+}
+
+// A storage failure's message completed with the free space where the run
+// lives, so that the user sees at once whether the disk is full.
+absl::Status WithStorageDetails(absl::Status status, const std::string& run_dir) {
+  if (status.ok() || GetFailureKind(status) != FailureKind::kStorage) return status;
+  std::error_code ec;
+  const std::filesystem::space_info space = std::filesystem::space(run_dir, ec);
+  const std::string free_text =
+      ec ? std::string("free space unknown")
+         : absl::StrCat(FormatByteSize(static_cast<int64_t>(space.available)), " free of ",
+                        FormatByteSize(static_cast<int64_t>(space.capacity)));
+  return WithFailureKind(
+      absl::Status(status.code(), absl::StrCat(status.message(), " (", run_dir, ": ", free_text,
+                                               "); the attempt is retried once there is room")),
+      FailureKind::kStorage);
+}
+
+// OUT_OF_MEMORY names the plan: what the memory planner predicts for this
+// job with the engine's chunk sizes, against the budget.
+absl::Status WithMemoryPlan(absl::Status status, const JobSpec& spec, const ModelConfig& config,
+                            const EngineOptions& engine, int64_t budget_bytes) {
+  if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+  PlanRequest request = PlanRequestForSpec(spec, config);
+  request.chunk_tokens = engine.chunk_tokens;
+  request.logits_chunk_tokens = engine.logits_chunk_tokens;
+  const absl::StatusOr<MemoryPlan> plan = PlanMemory(request);
+  if (!plan.ok()) return status;
+  return absl::ResourceExhaustedError(
+      absl::StrCat(status.message(), " (plan: ", BackwardModeName(engine.mode), " mode, chunks ",
+                   plan->chunk_tokens, "/", plan->logits_chunk_tokens, " tokens, predicted peak ",
+                   FormatByteSize(plan->peak_bytes), " of a ", FormatByteSize(budget_bytes),
+                   " budget; `sbp plan` suggests what fits)"));
+}
+
 }  // namespace
 
 nlohmann::json StepReport::ToJson() const {
@@ -153,8 +196,10 @@ nlohmann::json StepReport::ToJson() const {
   return j;
 }
 
-absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions& options,
-                                         TrainingObserver* observer) {
+namespace {
+
+absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& options,
+                                   TrainingObserver* observer) {
   TrainingObserver no_observer;
   if (observer == nullptr) observer = &no_observer;
   RETURN_IF_ERROR(ValidateJobSpecFiles(spec, options.base_dir));
@@ -192,7 +237,10 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   // allocator, then the compute copy on the device; the host copy is where
   // separate masters start from, and is dropped once they exist.
   const bool separate_master = compute_dtype != DType::kF32 || options.separate_master;
+  // Host copies on their way to the device, within the run's budget too, so
+  // that a model too large for it fails before anything is copied twice.
   CpuAllocator staging;
+  staging.set_budget_bytes(allocator.budget_bytes());
   ASSIGN_OR_RETURN(ParameterStore initial,
                    ParameterStore::Load(ResolveJobPath(options.base_dir, spec.model), staging,
                                         "weights", world_size));
@@ -226,28 +274,54 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
                      CopyStoreToDevice(host, backend, compute_dtype, "reference weights"));
   }
 
-  const std::string run_dir = ResolveJobPath(options.base_dir, spec.checkpoint.dir);
-  std::error_code ec;
-  fs::create_directories(run_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("creating ", run_dir, ": ", ec.message()));
+  // The run directory: claimed by rank 0 (the ranks share it), which alone
+  // writes metrics and commits checkpoints; every rank learns the verdict.
+  const std::string run_dir = RunDirectoryFor(spec, options.job_id, options.base_dir);
+  std::optional<RunFence> fence;
+  absl::Status claimed = absl::OkStatus();
+  if (rank == 0) {
+    absl::StatusOr<RunFence> claim =
+        RunFence::Claim(run_dir, {options.job_id, TrajectoryHash(spec), options.attempt});
+    if (claim.ok()) fence = *std::move(claim);
+    claimed = claim.status();
+  }
+  RETURN_IF_ERROR(AgreeOnRankZero(comm.get(), claimed, "claim the run directory"));
+  // OK while this attempt may still write: its lease holds (every rank) and
+  // no newer attempt took the run over (rank 0, which writes).
+  auto may_write = [&]() -> absl::Status {
+    RETURN_IF_ERROR(observer->CheckLease());
+    return fence.has_value() ? fence->Check() : absl::OkStatus();
+  };
 
   DataCursor cursor(dataset.size(), static_cast<uint64_t>(spec.train.seed), spec.train.shuffle);
   TrainerState state;
   state.job_name = spec.name;
+  RunStart start_info;
+  start_info.run_dir = run_dir;
+  start_info.capacity_bytes = allocator.budget_bytes();
+  // Resume this job's own run; else start from resume_from when given.
+  std::optional<std::string> resume;
   if (options.resume) {
-    ASSIGN_OR_RETURN(std::optional<std::string> latest, FindLatestCheckpoint(run_dir));
-    if (latest.has_value()) {
-      ASSIGN_OR_RETURN(state, optimizer->Load(*latest));
-      ASSIGN_OR_RETURN(
-          cursor, DataCursor::FromJson(state.data_cursor, dataset.size(),
-                                       static_cast<uint64_t>(spec.train.seed), spec.train.shuffle));
-      LOG(INFO) << "resumed " << spec.name << " from " << *latest << " (step " << state.step << ")";
-    }
+    ASSIGN_OR_RETURN(resume, FindLatestCheckpoint(run_dir));
   }
-  std::unique_ptr<std::ofstream> metrics;
+  if (!resume.has_value() && !spec.resume_from.empty()) {
+    ASSIGN_OR_RETURN(resume, ResolveResumeFrom(ResolveJobPath(options.base_dir, spec.resume_from)));
+    start_info.resumed_from = *resume;
+  }
+  if (resume.has_value()) {
+    ASSIGN_OR_RETURN(state, optimizer->Load(*resume));
+    ASSIGN_OR_RETURN(
+        cursor, DataCursor::FromJson(state.data_cursor, dataset.size(),
+                                     static_cast<uint64_t>(spec.train.seed), spec.train.shuffle));
+    LOG(INFO) << spec.name << ": continuing from " << *resume << " (step " << state.step << ")";
+  }
+  start_info.resumed_step = state.step;
+  std::optional<MetricsLog> metrics;
   if (rank == 0) {
-    ASSIGN_OR_RETURN(metrics, OpenMetrics(run_dir + "/metrics.jsonl", state.step));
+    RETURN_IF_ERROR(may_write());
+    ASSIGN_OR_RETURN(metrics, MetricsLog::Open(run_dir + "/metrics.jsonl", state.step));
   }
+  const CheckpointSink sink{run_dir, options.attempt, [&] { return may_write(); }};
 
   Engine reference_engine(
       config, backend,
@@ -259,15 +333,18 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
                    MakeStepObjective(spec, dataset, engine, w, reference_engine,
                                      ref_tensors ? &*ref_tensors : nullptr, comm.get()));
 
-  observer->OnStart(spec, state.step, allocator.budget_bytes());
+  observer->OnStart(spec, start_info);
   TrainSummary summary;
   summary.first_step = state.step + 1;
   summary.last_step = state.step;
 
   auto save = [&](int64_t step) -> absl::Status {
+    RETURN_IF_ERROR(observer->CheckLease());
     state.step = step;
+    state.attempt = options.attempt;
     state.data_cursor = cursor.ToJson();
-    RETURN_IF_ERROR(optimizer->Save(run_dir, state, spec.checkpoint.keep_last));
+    RETURN_IF_ERROR(
+        WithStorageDetails(optimizer->Save(sink, state, spec.checkpoint.keep_last), run_dir));
     summary.last_checkpoint = CheckpointPath(run_dir, step);
     observer->OnCheckpoint(step, summary.last_checkpoint);
     return absl::OkStatus();
@@ -275,6 +352,8 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
 
   double comm_waited = 0;
   for (int64_t step = state.step + 1; step <= spec.train.steps; ++step) {
+    // A lapsed lease ends the attempt here, before it computes or writes more.
+    RETURN_IF_ERROR(observer->CheckLease());
     ASSIGN_OR_RETURN(const bool stop, AnyRank(comm.get(), observer->StopRequested()));
     if (stop) {
       summary.stopped_early = true;
@@ -284,14 +363,16 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
     const std::vector<int64_t> indices =
         RankShare(cursor.Next(spec.train.sequences_per_step), rank, world_size);
     optimizer->ZeroGradients();
-    ASSIGN_OR_RETURN(ObjectiveStepResult result, objective->Run(indices, optimizer->grads()));
+    absl::StatusOr<ObjectiveStepResult> ran = objective->Run(indices, optimizer->grads());
+    if (!ran.ok()) {
+      return WithMemoryPlan(ran.status(), spec, config, engine_options, allocator.budget_bytes());
+    }
+    ObjectiveStepResult result = *std::move(ran);
     RETURN_IF_ERROR(optimizer->FinishBackward());
     RETURN_IF_ERROR(SumOverRanks(comm.get(), result));
     ASSIGN_OR_RETURN(const double grad_norm, optimizer->GlobalGradNorm());
     if (!std::isfinite(grad_norm) || !std::isfinite(result.loss)) {
-      return absl::InternalError(absl::StrCat("step ", step, ": non-finite loss (", result.loss,
-                                              ") or gradient norm (", grad_norm,
-                                              "); lower train.lr or set max_grad_norm"));
+      return Diverged(step, result.loss, grad_norm, run_dir);
     }
     const double lr = LearningRate(spec.train, step);
     RETURN_IF_ERROR(optimizer->Update(lr, step, ClipScale(grad_norm, spec.train.max_grad_norm)));
@@ -319,9 +400,9 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
       report.extra["comm_wait_seconds"] = waited - comm_waited;
       comm_waited = waited;
     }
-    if (metrics) {
-      *metrics << report.ToJson().dump() << '\n';
-      metrics->flush();
+    if (metrics.has_value()) {
+      RETURN_IF_ERROR(may_write());
+      RETURN_IF_ERROR(WithStorageDetails(metrics->Append(report.ToJson().dump()), run_dir));
     }
     observer->OnStep(report);
     state.last_loss = result.loss;
@@ -344,6 +425,21 @@ absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions
   }
   summary.peak_bytes = allocator.peak_bytes();
   return summary;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainSummary> RunTraining(const JobSpec& spec, const TrainOptions& options,
+                                         TrainingObserver* observer) {
+  // Whatever input reaches, the attempt ends with a status, never by
+  // taking the worker down.
+  try {
+    return Train(spec, options, observer);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("training ran out of host memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("training stopped by an unexpected error: ", e.what()));
+  }
 }
 
 }  // namespace sbp

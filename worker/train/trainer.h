@@ -50,19 +50,36 @@ struct StepReport {
   nlohmann::json ToJson() const;
 };
 
+// How a run begins.
+struct RunStart {
+  std::string run_dir;
+  int64_t resumed_step = 0;    // the step the run continues after (0: from the start)
+  std::string resumed_from;    // set when it starts from another run (resume_from)
+  int64_t capacity_bytes = 0;  // the memory budget (0: none)
+};
+
 class TrainingObserver {
  public:
   virtual ~TrainingObserver() = default;
-  virtual void OnStart(const JobSpec& spec, int64_t resumed_step, int64_t capacity_bytes) {}
+  virtual void OnStart(const JobSpec& spec, const RunStart& start) {}
   virtual void OnStep(const StepReport& report) {}
   virtual void OnCheckpoint(int64_t step, const std::string& path) {}
   // Polled before every step; true ends the run cleanly after the current
   // step (a checkpoint is written).
   virtual bool StopRequested() { return false; }
+  // Asked before every step and before every write (metrics line,
+  // checkpoint): an error — this attempt's lease lapsed — ends the run at
+  // once, writing nothing more.
+  virtual absl::Status CheckLease() { return absl::OkStatus(); }
 };
 
 struct TrainOptions {
   std::string base_dir = ".";  // relative paths in the spec resolve against it
+  // The job and attempt this run is (run_directory.h): the run directory
+  // defaults to runs/<job_id>, and the attempt is the run's fencing token.
+  // Empty and 0 for a local run (`sbp train`).
+  std::string job_id;
+  int64_t attempt = 0;
   // The device this process trains on ("cpu", "cuda:N"); its kind must be
   // the job's resources.device.
   std::string device = "cpu";

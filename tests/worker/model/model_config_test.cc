@@ -2,7 +2,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <chrono>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -528,6 +531,89 @@ TEST(ParameterSpecs, KnownParameterCounts) {
             16384 + 2 * (49312 - 32 + 64 + 32 + 32) + 64 + 16384);
   ModelConfig config = *PresetConfig("tiny-qwen3");
   EXPECT_EQ(TotalElements(LayerParameterSpecs(config, 0)), 49312);
+}
+
+TEST(ModelConfig, EverySizeHasACeiling) {
+  EXPECT_THAT(ErrorOf(Qwen3With("max_position_embeddings", "9223372036854775807")),
+              HasSubstr("field 'max_position_embeddings' must be at most 67108864 (got "
+                        "9223372036854775807)"));
+  EXPECT_THAT(ErrorOf(Qwen3With("vocab_size", "18446744073709551615")),
+              HasSubstr("field 'vocab_size' is too large"));
+  EXPECT_THAT(ErrorOf(Qwen3With("num_key_value_heads", "8192")),
+              HasSubstr("field 'num_key_value_heads' must be at most 4096 (got 8192)"));
+  EXPECT_THAT(ErrorOf(Qwen3With("hidden_size", "1e30")),
+              HasSubstr("field 'hidden_size' must be an integer"));
+  // Each size within its own bound, the product not: 2^31 x 2^20 embedding
+  // plus 28 layers of 2^20 x 2^20 MLPs.
+  nlohmann::json big = nlohmann::json::parse(kQwen3_0_6B);
+  big["vocab_size"] = 2147483647;
+  big["hidden_size"] = 1 << 20;
+  big["intermediate_size"] = 1 << 20;
+  EXPECT_THAT(ErrorOf(big.dump()),
+              HasSubstr("parameters, over the limit of 4398046511104 (check vocab_size"));
+  // Configs built in code are held to the same bounds.
+  ModelConfig config = *PresetConfig("qwen3-32b");
+  EXPECT_TRUE(ValidateModelConfig(config, "c").ok());
+  config.num_hidden_layers = 4096;
+  config.intermediate_size = 1 << 20;
+  EXPECT_THAT(std::string(ValidateModelConfig(config, "c").message()),
+              HasSubstr("parameters, over the limit"));
+  config = *PresetConfig("qwen3-32b");
+  config.max_position_embeddings = int64_t{1} << 40;
+  EXPECT_THAT(std::string(ValidateModelConfig(config, "c").message()),
+              HasSubstr("field 'max_position_embeddings' must be at most 67108864"));
+}
+
+TEST(ModelConfig, DeepNestingIsRefusedBeforeParsing) {
+  // 200,000 levels would overflow the stack when the value is copied or
+  // printed; the check comes before the parser.
+  const std::string deep =
+      absl::StrCat("{\"architectures\": ", std::string(200000, '['), std::string(200000, ']'), "}");
+  EXPECT_EQ(ErrorOf(deep), "config.json: JSON nested deeper than 64 levels (at byte 81)");
+  EXPECT_THAT(ErrorOf(Qwen3With("rope_scaling", std::string(65, '[') + std::string(65, ']'))),
+              HasSubstr("nested deeper than 64 levels"));
+  // Shallow nesting in fields the runtime ignores is fine.
+  EXPECT_TRUE(ParseModelConfig(Qwen3With("extra", "{\"a\": [[{\"b\": [1]}]]}"), "c").ok());
+}
+
+TEST(ModelConfig, OversizedTextIsRefused) {
+  std::string text = kQwen3_0_6B;
+  text.insert(1, std::string(kMaxModelConfigBytes, ' '));
+  EXPECT_EQ(ErrorOf(text), absl::StrCat("config.json: has ", text.size(),
+                                        " bytes, over the 1 MiB limit for config.json"));
+}
+
+TEST(ModelConfig, LoadModelConfigReadsOnlyRegularFilesOfBoundedSize) {
+  namespace fs = std::filesystem;
+  const std::string dir = testing::MakeTempDir("config-hostile");
+  auto load_error = [](const std::string& path) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<ModelConfig> config = LoadModelConfig(path);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1)) << path;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+    return std::string(config.status().message());
+  };
+  // A 20 GiB sparse file: refused by its size, nothing read.
+  const std::string sparse = dir + "/sparse.json";
+  testing::WriteFile(sparse, "{");
+  fs::resize_file(sparse, uint64_t{20} << 30);
+  EXPECT_EQ(load_error(sparse),
+            sparse + ": has 21474836480 bytes, over the 1 MiB limit for config.json");
+  // A FIFO with no writer would block a plain open; /dev/zero never ends.
+  const std::string fifo = dir + "/fifo.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(load_error(fifo),
+            fifo + ": is a FIFO, not a regular file (only regular files are read)");
+  fs::create_symlink("/dev/zero", dir + "/zero.json");
+  EXPECT_EQ(load_error(dir + "/zero.json"), dir +
+                                                "/zero.json: is a character device, not a "
+                                                "regular file (only regular files are read)");
+  EXPECT_THAT(load_error(dir), HasSubstr(dir + ": is a directory, not a regular file"));
+  // Just under the limit is read and parsed.
+  std::string padded = kQwen3_0_6B;
+  padded.append(static_cast<size_t>(kMaxModelConfigBytes) - padded.size(), '\n');
+  testing::WriteFile(dir + "/padded.json", padded);
+  EXPECT_TRUE(LoadModelConfig(dir + "/padded.json").ok());
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -294,10 +296,14 @@ TEST(Safetensors, RejectsMalformedHeaders) {
               HasSubstr("__metadata__ must be an object"));
   EXPECT_THAT(HeaderError("{\"\xff\": 1}", 0), HasSubstr("not valid JSON"));
   EXPECT_THAT(HeaderError("{\"a\": 67E767}", 0), HasSubstr("header is not valid JSON"));
-  // Deep nesting is just another malformed entry, not a stack overflow.
+  // Deep nesting is refused before parsing, never a stack overflow; shallow
+  // nesting is just another malformed entry.
   EXPECT_THAT(
       HeaderError(absl::StrCat("{\"w\": ", std::string(100000, '['), std::string(100000, ']'), "}"),
                   0),
+      HasSubstr("bad.safetensors: header: JSON nested deeper than 64 levels (at byte 69)"));
+  EXPECT_THAT(
+      HeaderError(absl::StrCat("{\"w\": ", std::string(60, '['), std::string(60, ']'), "}"), 0),
       HasSubstr("entry must be an object"));
 }
 
@@ -441,6 +447,72 @@ TEST(ShardedSafetensors, RejectsBadIndexes) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(none.status().message()),
               HasSubstr("no model.safetensors or model.safetensors.index.json"));
+}
+
+TEST(ShardedSafetensors, IndexIsARegularFileOfBoundedSizeNamingFewShards) {
+  namespace fs = std::filesystem;
+  const std::string dir = testing::MakeTempDir("shard-hostile");
+  const std::string index = dir + "/model.safetensors.index.json";
+  auto error_of = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    auto sharded = ShardedSafetensors::OpenIndex(index);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    EXPECT_EQ(sharded.status().code(), absl::StatusCode::kInvalidArgument) << sharded.status();
+    return std::string(sharded.status().message());
+  };
+  testing::WriteFile(index, "{");
+  fs::resize_file(index, uint64_t{20} << 30);
+  EXPECT_EQ(error_of(), index +
+                            ": has 21474836480 bytes, over the 64 MiB limit for a "
+                            "safetensors index");
+  fs::remove(index);
+  ASSERT_EQ(::mkfifo(index.c_str(), 0600), 0);
+  EXPECT_THAT(error_of(), HasSubstr(index + ": is a FIFO, not a regular file"));
+  fs::remove(index);
+  fs::create_symlink("/dev/zero", index);
+  EXPECT_THAT(error_of(), HasSubstr(index + ": is a character device, not a regular file"));
+  fs::remove(index);
+
+  nlohmann::json many = {{"weight_map", nlohmann::json::object()}};
+  for (size_t i = 0; i <= kMaxSafetensorsShards; ++i) {
+    many["weight_map"][absl::StrCat("t", i)] = absl::StrCat("s", i, ".safetensors");
+  }
+  testing::WriteFile(index, many.dump());
+  EXPECT_EQ(error_of(), index + ": weight_map names more than 10000 shard files, the limit");
+  testing::WriteFile(index, absl::StrCat("{\"weight_map\": ", std::string(100000, '{'), "}"));
+  EXPECT_EQ(error_of(), index + ": index: JSON nested deeper than 64 levels (at byte 78)");
+}
+
+TEST(Safetensors, OpenReadsOnlyRegularFiles) {
+  namespace fs = std::filesystem;
+  const std::string dir = testing::MakeTempDir("safetensors-hostile");
+  const std::string fifo = dir + "/model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto file = SafetensorsFile::Open(fifo);  // must not wait for a writer
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr(fifo + ": is a FIFO"));
+  EXPECT_THAT(std::string(OpenSafetensorsDirectory(dir).status().message()),
+              HasSubstr("is a FIFO, not a regular file"));
+  fs::create_symlink("/dev/zero", dir + "/zero.safetensors");
+  EXPECT_THAT(std::string(SafetensorsFile::Open(dir + "/zero.safetensors").status().message()),
+              HasSubstr("is a character device, not a regular file"));
+}
+
+TEST(Safetensors, HugeDeclaredTensorsNeedTheirBytesInTheFile) {
+  // A header can declare any shape; only what the file holds is accepted, so
+  // nothing is allocated for a tensor the file does not contain.
+  EXPECT_THAT(HeaderError(R"({"w": {"dtype":"F32","shape":[4294967296, 4294967296],
+                               "data_offsets":[0, 8]}})",
+                          8),
+              HasSubstr("'shape' has too many elements"));
+  EXPECT_THAT(HeaderError(R"({"w": {"dtype":"F64","shape":[2147483648, 2147483648],
+                               "data_offsets":[0, 8]}})",
+                          8),
+              HasSubstr("needs more than 2^64 bytes"));
+  EXPECT_THAT(HeaderError(R"({"w": {"dtype":"F32","shape":[1048576, 1048576],
+                               "data_offsets":[0, 4398046511104]}})",
+                          8),
+              HasSubstr("lie outside the data section (8 bytes)"));
 }
 
 }  // namespace

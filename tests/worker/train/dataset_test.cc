@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <numeric>
@@ -215,6 +216,34 @@ TEST_F(DatasetTest, LoadForJobUsesSpecPathsAndLimits) {
   EXPECT_EQ(options.vocab_size, 100);
   EXPECT_EQ(options.seq_len, 4);
   EXPECT_EQ(options.truncation, Truncation::kTruncate);
+}
+
+TEST_F(DatasetTest, HostileFilesAreErrorsNamingFileAndLine) {
+  const DataOptions options{256, 0, Truncation::kReject};
+  const std::string fifo = dir_ + "/fifo.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (Objective objective : {Objective::kSft, Objective::kDpo, Objective::kGrpo}) {
+    absl::StatusOr<Dataset> got = Dataset::Load(objective, fifo, options);  // never blocks
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(got.status().message(), HasSubstr("fifo.jsonl: is a FIFO, not a regular file"));
+  }
+  const std::string deep = Write(
+      "deep.jsonl", absl::StrCat("\n\n", std::string(200000, '['), std::string(200000, ']'), "\n"));
+  absl::StatusOr<Dataset> got = Dataset::Load(Objective::kGrpo, deep, options);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(),
+              HasSubstr("deep.jsonl:3: JSON nested deeper than 64 levels (at byte 64)"));
+}
+
+TEST(DataCursorTest, FromJsonRejectsCountersBeyondInt64) {
+  for (const std::string& bad :
+       {std::string("{\"epoch\":18446744073709551615,\"position\":0,\"size\":9,\"seed\":1,"
+                    "\"shuffle\":true}"),
+        std::string("{\"epoch\":9223372036854775807,\"position\":0,\"size\":9,\"seed\":1,"
+                    "\"shuffle\":true}")}) {
+    EXPECT_EQ(DataCursor::FromJson(bad, 9, 1).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 TEST(DatasetDeathTest, WrongAccessorChecks) {

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
@@ -91,7 +92,7 @@ TEST(JobSpecTest, DefaultsFillDependentFields) {
   EXPECT_EQ(s.train.micro_batch_sequences, s.train.sequences_per_step);
   EXPECT_EQ(s.dpo.reference, "m");
   EXPECT_EQ(s.grpo.reference, "m");
-  EXPECT_EQ(s.checkpoint.dir, "runs/job");
+  EXPECT_TRUE(s.checkpoint.dir.empty());  // one run directory per job, chosen by the trainer
   EXPECT_EQ(s.resources.world_size, 1);
   EXPECT_EQ(s.streambp.mode, BackwardMode::kStream);
   // Null values and empty blocks mean "default".
@@ -469,6 +470,176 @@ TEST_F(JobSpecFilesTest, ReferenceModelOnlyWhenUsed) {
   EXPECT_THAT(ValidateJobSpecFiles(grpo, base_).message(), HasSubstr("grpo.reference:"));
   grpo.grpo.beta = 0;  // no KL term, no reference model
   EXPECT_TRUE(ValidateJobSpecFiles(grpo, base_).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Hostile input: every number bounded, text and nesting capped before parsing.
+
+std::string SpecError(absl::string_view yaml) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(yaml, "job.yaml");
+  EXPECT_FALSE(spec.ok()) << yaml.substr(0, 200);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  return std::string(spec.status().message());
+}
+
+TEST(JobSpecLimits, EveryNumberIsBounded) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"train: {sequences_per_step: 1152921504606846977}\n",
+       "job.yaml: train.sequences_per_step: must be at most 1048576 (got 1152921504606846977)"},
+      {"train: {sequences_per_step: 99999999999999999999999}\n",
+       "job.yaml: train.sequences_per_step: must be at most 1048576 (got "
+       "99999999999999999999999)"},
+      {"train: {steps: -99999999999999999999999}\n",
+       "job.yaml: train.steps: must be a positive integer (got -99999999999999999999999)"},
+      {"train: {micro_batch_sequences: 2000000}\n",
+       "job.yaml: train.micro_batch_sequences: must be at most 1048576 (got 2000000)"},
+      {"train: {steps: 1000000001}\n",
+       "job.yaml: train.steps: must be at most 1000000000 (got 1000000001)"},
+      {"train: {epochs: 9223372036854775807}\n",
+       "job.yaml: train.epochs: must be at most 1000000000"},
+      {"log_every_steps: 1000000001\n", "job.yaml: log_every_steps: must be at most 1000000000"},
+      {"streambp: {chunk_tokens: 16777217}\n",
+       "job.yaml: streambp.chunk_tokens: must be at most 16777216 (got 16777217)"},
+      {"streambp: {logits_chunk_tokens: 99999999999999999999}\n",
+       "job.yaml: streambp.logits_chunk_tokens: must be at most 16777216"},
+      {"resources: {world_size: 65537}\n",
+       "job.yaml: resources.world_size: must be at most 65536 (got 65537)"},
+      {"max_restarts: 1001\n", "job.yaml: max_restarts: must be at most 1000 (got 1001)"},
+      {"checkpoint: {every_steps: 1000000001}\n",
+       "job.yaml: checkpoint.every_steps: must be at most 1000000000"},
+      {"checkpoint: {keep_last: 1000000001}\n",
+       "job.yaml: checkpoint.keep_last: must be at most 1000000000"},
+      {"resources: {memory: 99999999999TiB}\n", "job.yaml: resources.memory: must be a positive"},
+      {"priority: 99999999999999999999\n",
+       "job.yaml: priority: must be at most 9223372036854775807"},
+  };
+  for (const auto& [extra, message] : cases) {
+    EXPECT_THAT(SpecError(absl::StrCat(kMinimal, extra)), HasSubstr(message)) << extra;
+  }
+  EXPECT_EQ(SpecError("name: j\nmodel: m\ndata: d\nobjective: sft\nseq_len: 16777217\n"),
+            "job.yaml: seq_len: must be at most 16777216 (got 16777217)");
+  // The limits themselves are accepted.
+  const JobSpec at_limit = MustParse(absl::StrCat(
+      "name: j\nmodel: m\ndata: d\nobjective: sft\nseq_len: 16777216\n",
+      "streambp: {chunk_tokens: 16777216, logits_chunk_tokens: 16777216}\n"
+      "train: {steps: 1000000000, sequences_per_step: 1048576, micro_batch_sequences: 1048576,\n"
+      "        epochs: 1000000000, seed: 9223372036854775807}\n"
+      "resources: {world_size: 65536}\n"
+      "checkpoint: {every_steps: 1000000000, keep_last: 1000000000}\n"
+      "log_every_steps: 1000000000\nmax_restarts: 1000\n"));
+  EXPECT_EQ(at_limit.train.sequences_per_step, kMaxSpecSequencesPerStep);
+  EXPECT_EQ(at_limit.seq_len, kMaxSpecSeqLen);
+  EXPECT_EQ(at_limit.train.seed, INT64_MAX);
+  EXPECT_EQ(at_limit.resources.world_size, kMaxSpecWorldSize);
+  // JSON goes through the same checks.
+  JobSpec s = MustParse(kMinimal);
+  std::string json = JobSpecToJson(s);
+  json = absl::StrReplaceAll(
+      json, {{"\"sequences_per_step\":8", "\"sequences_per_step\":" + std::to_string(1LL << 60)}});
+  EXPECT_THAT(std::string(JobSpecFromJson(json).status().message()),
+              HasSubstr("job.json: train.sequences_per_step: must be at most 1048576"));
+}
+
+TEST(JobSpecLimits, DeepNestingIsRefusedBeforeParsing) {
+  // Flow collections: counted before yaml-cpp sees the text.
+  EXPECT_EQ(SpecError(absl::StrCat(kMinimal, "train: ", std::string(50000, '['))),
+            "job.yaml: line 6: YAML nested deeper than 64 levels");
+  EXPECT_EQ(SpecError(absl::StrCat(kMinimal, "dpo: {reference: ", std::string(100, '{'),
+                                   std::string(100, '}'), "}\n")),
+            "job.yaml: line 6: YAML nested deeper than 64 levels");
+  // Block nesting: yaml-cpp stops at its own depth limit, an error as well.
+  std::string block = "train:\n";
+  for (int i = 0; i < 20000; ++i) block += "- ";
+  block += "x\n";
+  EXPECT_EQ(SpecError(absl::StrCat(kMinimal, block)),
+            "job.yaml: line 7: YAML nested deeper than 500 levels");
+  std::string indented;
+  for (int i = 0; i < 340; ++i) absl::StrAppend(&indented, std::string(i, ' '), "k:\n");
+  EXPECT_THAT(SpecError(indented), HasSubstr("job.yaml: unknown key 'k'"));
+  // JSON specs are checked the same way.
+  absl::StatusOr<JobSpec> json = JobSpecFromJson(
+      absl::StrCat("{\"train\": ", std::string(20000, '['), std::string(20000, ']'), "}"));
+  EXPECT_EQ(json.status().message(), "job.json: JSON nested deeper than 64 levels (at byte 73)");
+}
+
+TEST(JobSpecLimits, StrayCommaIsAnErrorNotAnEndlessParse) {
+  // yaml-cpp 0.7's LoadAll never gets past these and allocates until memory
+  // runs out.
+  EXPECT_EQ(SpecError(","), "job.yaml: line 1, column 1: invalid YAML: unexpected ','");
+  EXPECT_EQ(SpecError("# comment\n  , x"),
+            "job.yaml: line 2, column 3: invalid YAML: unexpected ','");
+  EXPECT_EQ(SpecError("[a], b"), "job.yaml: line 1, column 4: invalid YAML: unexpected ','");
+  EXPECT_EQ(SpecError(absl::StrCat(kMinimal, "...\n,\n")),
+            "job.yaml: line 7, column 1: invalid YAML: unexpected ','");
+  // Real multi-document streams are still counted.
+  EXPECT_EQ(SpecError("---\n---\n---\n"),
+            "job.yaml: expected one YAML document, found 3 (separated by ---)");
+  EXPECT_EQ(SpecError(absl::StrCat(kMinimal, "---\n", kMinimal)),
+            "job.yaml: expected one YAML document, found 2 (separated by ---)");
+}
+
+TEST(JobSpecLimits, StringsMustBeUtf8) {
+  EXPECT_EQ(SpecError("name: j\nmodel: m\ndata: \"d.js\xfe\xffonl\"\nobjective: sft\nseq_len: 8\n"),
+            "job.yaml: data: must be valid UTF-8 text (got 'd.js\\xfe\\xffonl')");
+  EXPECT_THAT(SpecError(absl::StrCat(kMinimal, "checkpoint: {dir: \"r\xc0\xafn\"}\n")),
+              HasSubstr("job.yaml: checkpoint.dir: must be valid UTF-8 text"));
+  const JobSpec spec =
+      MustParse(absl::StrCat(kMinimal, "checkpoint: {dir: \"runs/\xc3\xa9t\xc3\xa9\"}\n"));
+  EXPECT_EQ(spec.checkpoint.dir, "runs/\xc3\xa9t\xc3\xa9");
+  EXPECT_EQ(*JobSpecFromJson(JobSpecToJson(spec)), spec);
+}
+
+TEST(JobSpecLimits, OversizedTextIsRefused) {
+  std::string text = kMinimal;
+  text.append(static_cast<size_t>(kMaxJobSpecBytes), '#');
+  EXPECT_EQ(SpecError(text), absl::StrCat("job.yaml: the job spec has ", text.size(),
+                                          " bytes, over the 64 KiB limit"));
+  std::string json = JobSpecToJson(MustParse(kMinimal));
+  json.insert(1, std::string(static_cast<size_t>(6 * kMaxJobSpecBytes), ' '));
+  EXPECT_THAT(std::string(JobSpecFromJson(json).status().message()),
+              HasSubstr("job.json: the job spec has"));
+  EXPECT_THAT(std::string(JobSpecFromJson(json).status().message()),
+              HasSubstr("bytes, over the 384 KiB limit"));
+}
+
+TEST(JobSpecLimits, ReadJobSpecFileReadsOnlyRegularFiles) {
+  namespace fs = std::filesystem;
+  const std::string dir = MakeTempDir("job-spec-file");
+  WriteFile(dir + "/job.yaml", kMinimal);
+  absl::StatusOr<std::string> text = ReadJobSpecFile(dir + "/job.yaml");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, kMinimal);
+  EXPECT_EQ(ReadJobSpecFile(dir + "/missing.yaml").status().code(), absl::StatusCode::kNotFound);
+
+  const std::string fifo = dir + "/fifo.yaml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(ReadJobSpecFile(fifo).status().message(),
+            fifo + ": is a FIFO, not a regular file (only regular files are read)");
+  fs::create_symlink("/dev/zero", dir + "/zero.yaml");
+  EXPECT_THAT(std::string(ReadJobSpecFile(dir + "/zero.yaml").status().message()),
+              HasSubstr("is a character device, not a regular file"));
+  const std::string sparse = dir + "/sparse.yaml";
+  WriteFile(sparse, "x");
+  fs::resize_file(sparse, uint64_t{20} << 30);
+  EXPECT_EQ(ReadJobSpecFile(sparse).status().message(),
+            sparse + ": has 21474836480 bytes, over the 64 KiB limit for a job spec");
+}
+
+TEST_F(JobSpecFilesTest, ConfigAndDataMustBeRegularFiles) {
+  namespace fs = std::filesystem;
+  fs::create_directories(base_ + "/models/fifo");
+  ASSERT_EQ(::mkfifo((base_ + "/models/fifo/config.json").c_str(), 0600), 0);
+  JobSpec s = Spec();
+  s.model = "models/fifo";
+  EXPECT_EQ(ValidateJobSpecFiles(s, base_).message(),
+            "model: '" + base_ +
+                "/models/fifo/config.json' is not a regular file (only regular "
+                "files are read)");
+  s = Spec();
+  fs::create_symlink("/dev/zero", base_ + "/zero.jsonl");
+  s.data = "zero.jsonl";
+  EXPECT_EQ(ValidateJobSpecFiles(s, base_).message(),
+            "data: '" + base_ + "/zero.jsonl' is not a regular file (only regular files are read)");
 }
 
 }  // namespace

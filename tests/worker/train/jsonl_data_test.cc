@@ -2,7 +2,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -350,6 +352,87 @@ TEST_F(JsonlDataTest, VocabSizeMustBePositive) {
   absl::StatusOr<TokenSequence> got = ParseSftLine("{\"input_ids\": [1, 2]}", DataOptions{}, "x");
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(got.status().message(), HasSubstr("vocab_size must be positive"));
+}
+
+TEST_F(JsonlDataTest, DeeplyNestedLineIsAnErrorNotACrash) {
+  // 200,000 levels: printing or copying the value would overflow the stack.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  const std::string contents =
+      absl::StrCat("{\"input_ids\": [1, 2]}\n{\"input_ids\": [", deep, "]}\n");
+  EXPECT_EQ(SftError(contents),
+            dir_ + "/data.jsonl:2: JSON nested deeper than 64 levels (at byte 77)");
+  EXPECT_THAT(DpoError(absl::StrCat(deep, "\n")),
+              HasSubstr("data.jsonl:1: JSON nested deeper than 64 levels"));
+  EXPECT_THAT(GrpoError(absl::StrCat("{\"completions\": [{\"ids\": ", deep, "}]}\n")),
+              HasSubstr("data.jsonl:1: JSON nested deeper than 64 levels"));
+  // The line parsers check too (the fuzzer calls them directly).
+  absl::StatusOr<TokenSequence> line =
+      ParseSftLine(absl::StrCat("{\"input_ids\": ", deep, "}"), Options(), "x:3");
+  EXPECT_EQ(line.status().message(), "x:3: JSON nested deeper than 64 levels (at byte 77)");
+  // Nesting the formats do not use is still a field error, named as usual.
+  EXPECT_THAT(SftError("{\"input_ids\": [[[1]]]}\n"),
+              HasSubstr("data.jsonl:1: input_ids[0] must be an integer, got [[1]]"));
+}
+
+TEST_F(JsonlDataTest, OverlongLineIsRefusedAtTheLimit) {
+  // A line of kMaxJsonlLineBytes + 1 bytes; the file is read a block at a
+  // time and never held whole.
+  std::string big = "{\"input_ids\": [1], \"pad\": \"";
+  big.append(static_cast<size_t>(kMaxJsonlLineBytes) - big.size() - 1, 'x');
+  big += "\"}";
+  ASSERT_EQ(big.size(), static_cast<size_t>(kMaxJsonlLineBytes) + 1);
+  EXPECT_EQ(SftError(absl::StrCat("{\"input_ids\": [1, 2]}\n", big, "\n")),
+            dir_ + "/data.jsonl:2: line is longer than the 64 MiB limit for a JSONL line");
+  // Exactly at the limit is read.
+  big.erase(big.size() - 3, 1);
+  absl::StatusOr<std::vector<TokenSequence>> got =
+      LoadSftJsonl(Write(absl::StrCat(big, "\n{\"input_ids\": [3, 4]}")), Options());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->size(), 2u);
+  EXPECT_THAT(ParseSftLine(absl::StrCat(big, "xx"), Options(), "x:1").status().message(),
+              HasSubstr("x:1: line is longer than the 64 MiB limit"));
+}
+
+TEST_F(JsonlDataTest, SparseFileWithoutNewlinesStopsAtTheLineLimit) {
+  const std::string path = Write("{");
+  std::filesystem::resize_file(path, uint64_t{20} << 30);  // 20 GiB of NUL bytes
+  absl::StatusOr<std::vector<TokenSequence>> got = LoadSftJsonl(path, Options());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got.status().message(),
+            path + ":1: line is longer than the 64 MiB limit for a JSONL line");
+}
+
+TEST_F(JsonlDataTest, OnlyRegularFilesAreRead) {
+  const std::string fifo = dir_ + "/fifo.jsonl";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<std::vector<TokenSequence>> got = LoadSftJsonl(fifo, Options());  // no blocking
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got.status().message(),
+            fifo + ": is a FIFO, not a regular file (only regular files are read)");
+  std::filesystem::create_symlink("/dev/zero", dir_ + "/zero.jsonl");
+  EXPECT_THAT(LoadDpoJsonl(dir_ + "/zero.jsonl", Options()).status().message(),
+              HasSubstr("zero.jsonl: is a character device, not a regular file"));
+}
+
+TEST_F(JsonlDataTest, LinesSplitAcrossReadBlocks) {
+  // Lines longer than the 1 MiB read block, and many short ones, come out whole.
+  std::vector<int> ids(300000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i % 256);
+  const std::string long_line = absl::StrCat("{\"input_ids\": [", absl::StrJoin(ids, ","), "]}");
+  std::string contents;
+  for (int i = 0; i < 3; ++i) absl::StrAppend(&contents, long_line, "\n");
+  for (int i = 0; i < 100000; ++i) absl::StrAppend(&contents, "{\"input_ids\": [", i % 256, "]}\n");
+  absl::StrAppend(&contents, "{\"input_ids\": [7, 8]}");  // no final newline
+  absl::StatusOr<std::vector<TokenSequence>> got = LoadSftJsonl(Write(contents), Options());
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 100004u);
+  EXPECT_EQ((*got)[2].input_ids.size(), ids.size());
+  EXPECT_EQ((*got)[2].input_ids.back(), ids.back());
+  EXPECT_EQ((*got)[3 + 99999].input_ids, std::vector<int32_t>{99999 % 256});
+  EXPECT_EQ(got->back().input_ids, (std::vector<int32_t>{7, 8}));
+  // Line numbers count every line, blank ones included.
+  EXPECT_THAT(SftError(absl::StrCat(contents, "\n\n{\"input_ids\": [999]}\n")),
+              HasSubstr("data.jsonl:100006: input_ids[0] = 999 is outside the vocabulary"));
 }
 
 }  // namespace
