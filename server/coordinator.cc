@@ -324,6 +324,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   manager_options.stall = absl::Seconds(options.stall_seconds);
   manager_options.work_dir = options.work_dir;
   manager_options.identities = impl->identities;
+  manager_options.shared_dir = options.shared_dir;
+  manager_options.user_areas = !options.users_path.empty();
   ASSIGN_OR_RETURN(impl->manager,
                    JobManager::Create(impl->store.get(), impl->metrics.get(), impl->hub.get(),
                                       impl->rendezvous.get(), manager_options));

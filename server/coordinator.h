@@ -28,6 +28,7 @@ struct CoordinatorOptions {
   // Where relative model paths of job specs resolve for memory planning at
   // submit (as workers resolve them under their --work-dir); "": not resolved.
   std::string work_dir;
+  std::string shared_dir;  // read-only job paths may also lie here
   // Limits on what clients can make the coordinator hold: threads, calls in
   // flight, open streams (server/rpc_guard.h explains how they keep worker
   // heartbeats served), HTTP/2 streams per connection and request size.

@@ -54,6 +54,11 @@ struct JobManagerOptions {
   std::string work_dir;
   // The identities, for the users' quotas (null: no quotas).
   std::shared_ptr<const IdentityDirectory> identities;
+  // Job paths are confined to work_dir (worker/train/job_paths.h) when it is
+  // set; read-only paths may also lie in shared_dir. With `user_areas` (a
+  // users file) a job's run directory lies in <work_dir>/<owner>/.
+  std::string shared_dir;
+  bool user_areas = false;
 };
 
 struct SubmitResult {
@@ -114,6 +119,7 @@ struct AssignmentView {
   int world_size = 0;
   std::string spec_yaml;
   std::string rendezvous_scope;  // "<job>/<attempt>"
+  std::string run_area;          // JobManager::RunArea of the job's owner
 };
 
 struct ProgressReport {
@@ -261,6 +267,8 @@ class JobManager {
   void ForgetIfInactive(const AssignmentRecord& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Device and memory of every worker that is not lost (admission).
   std::vector<WorkerCapacity> LiveWorkerCapacities() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "<owner>/" with user areas, else "".
+  std::string RunArea(const std::string& owner) const;
   // Jobs of `owner` waiting to be scheduled.
   int64_t PendingJobsOf(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each owner's running workers and worker quota, for the scheduler.

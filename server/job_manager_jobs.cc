@@ -11,6 +11,7 @@
 #include "server/admission.h"
 #include "server/job_manager.h"
 #include "server/job_manager_internal.h"
+#include "worker/train/job_paths.h"
 #include "worker/train/job_spec.h"
 
 namespace sbp::server {
@@ -97,6 +98,8 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const Identity& caller,
   }
   const std::string spec_json = JobSpecToJson(spec);
   // The memory plan reads the model's config.json: outside the lock.
+  RETURN_IF_ERROR(CheckJobPaths(
+      spec, PathPolicy{options_.work_dir, options_.shared_dir, RunArea(caller.name)}));
   const AdmissionPlan admission = PlanAdmission(spec, options_.work_dir);
   RETURN_IF_ERROR(admission.bad_input);
 
@@ -235,6 +238,10 @@ absl::StatusOr<std::vector<JobEventRecord>> JobManager::Events(const Identity& c
   if (!job) return absl::NotFoundError(absl::StrCat("no job with id \"", id, "\""));
   RETURN_IF_ERROR(CheckAccess(*job, caller));
   return store_->ListEvents(id, after_sequence, kMaxEventsPerCall);
+}
+
+std::string JobManager::RunArea(const std::string& owner) const {
+  return options_.user_areas ? owner + "/" : std::string();
 }
 
 int64_t JobManager::PendingJobsOf(const std::string& owner) const {

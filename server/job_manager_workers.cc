@@ -162,8 +162,9 @@ absl::StatusOr<std::optional<AssignmentView>> JobManager::GetAssignment(
     for (const AssignmentRecord& a : w->active) {
       if (!IsLive(a)) continue;
       ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(a.job_id));
-      return AssignmentView{a.job_id,       a.attempt,     a.rank,
-                            job.world_size, job.spec_yaml, Scope(a.job_id, a.attempt)};
+      return AssignmentView{a.job_id,          a.attempt,     a.rank,
+                            job.world_size,    job.spec_yaml, Scope(a.job_id, a.attempt),
+                            RunArea(job.owner)};
     }
     const absl::Time now = absl::Now();
     if (shutdown_ || now >= deadline || (cancelled && cancelled())) {

@@ -89,9 +89,13 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 7 * 86400));
   app.add_option("--work-dir", options.work_dir,
-                 "Directory that relative model paths in job specs resolve against for memory "
-                 "planning at submit, as workers' --work-dir (default: relative paths are not "
-                 "planned; absolute paths and preset names are)")
+                 "The workers' shared directory, as their --work-dir: every job path must be "
+                 "relative and resolve inside it (run directories in <work-dir>/<user>/ with "
+                 "--users), and model paths are read from it for memory planning at submit "
+                 "(default: paths are not confined nor planned)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--shared-dir", options.shared_dir,
+                 "A read-only directory job models and data may also come from")
       ->check(CLI::ExistingDirectory);
   sbp::server::RpcLimits& limits = options.limits;
   app.add_option("--max-threads", limits.max_threads,

@@ -94,6 +94,7 @@ void ToProto(const AssignmentView& assignment, v1::Assignment* out) {
   out->set_world_size(assignment.world_size);
   out->set_spec_yaml(assignment.spec_yaml);
   out->set_rendezvous_scope(assignment.rendezvous_scope);
+  out->set_run_area(assignment.run_area);
 }
 
 ProgressRecord FromProto(const v1::JobProgress& p) {

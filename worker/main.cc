@@ -45,6 +45,7 @@ struct Flags {
   std::string device = "cpu";
   std::string memory;
   std::string work_dir = ".";
+  std::string shared_dir;
   std::string metrics_listen;
   std::string token_file;
   std::string name;
@@ -63,7 +64,8 @@ int Fail(int code, const std::string& message) {
 // machine have; errors name the flag.
 absl::StatusOr<Device> ParseDeviceFlag(const std::string& text) {
   absl::StatusOr<Device> device = ParseDeviceName(text);
-  if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message()));
+  if (!device.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message()));
   if (device->is_cpu()) return device;
   if (!kCudaCompiled) {
     return absl::InvalidArgumentError("--device: this build has no CUDA backend; use --device cpu");
@@ -80,6 +82,7 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
   options.coordinator = flags.coordinator;
   options.name = flags.name.empty() ? DefaultWorkerName() : flags.name;
   options.work_dir = flags.work_dir;
+  options.shared_dir = flags.shared_dir;
   options.metrics_listen = flags.metrics_listen;
   options.tls_ca_path = flags.tls_ca;
   if (flags.threads < 0) return absl::InvalidArgumentError("--threads: must be >= 0");
@@ -153,6 +156,8 @@ int Main(int argc, char** argv) {
                  "(default: the machine's physical memory, or the GPU's with --device cuda:N)");
   app.add_option("--work-dir", flags.work_dir, "relative paths in job specs resolve here")
       ->capture_default_str();
+  app.add_option("--shared-dir", flags.shared_dir,
+                 "a read-only directory job models and data may also come from");
   app.add_option("--metrics-listen", flags.metrics_listen, "serve /metrics on host:port");
   app.add_option("--token-file", flags.token_file,
                  "file with the worker bearer token (default: $SBP_TOKEN)");

@@ -40,7 +40,8 @@ class TenancyTest : public ::testing::Test {
     coordinator_ = std::make_unique<Process>(
         std::vector<std::string>{BinaryDir() + "/bin/sbp-coordinator", "--listen", c_->address(),
                                  "--db", (c_->dir() / "coordinator.db").string(), "--users",
-                                 (c_->dir() / "users.yaml").string(), "--lease-seconds", "3"},
+                                 (c_->dir() / "users.yaml").string(), "--lease-seconds", "3",
+                                 "--work-dir", c_->dir().string()},
         c_->dir(), c_->dir() / "coordinator.log");
     ASSERT_TRUE(WaitFor([&] { return As("alice", "whoami").exit_code == 0; }, seconds(20)))
         << ReadAll((c_->dir() / "coordinator.log").string());
@@ -48,9 +49,14 @@ class TenancyTest : public ::testing::Test {
   CommandResult As(const std::string& who, const std::string& args) {
     return c_->Sbp(args, who + ".token");
   }
+  // A spec without checkpoint.dir: its run directory is <user>/runs/<job id>.
+  std::string SpecOf(const std::string& name, int steps, const std::string& extra = "") {
+    std::string spec = c_->Spec(name, steps, 2, 0, extra);
+    spec.replace(spec.find(", dir: runs/" + name), 12 + name.size(), "");
+    return spec;
+  }
   std::string SubmitAs(const std::string& who, const std::string& name, int steps = 1000000) {
-    const CommandResult r =
-        As(who, "submit -o json " + c_->WriteSpec(name, c_->Spec(name, steps, 2, 0)));
+    const CommandResult r = As(who, "submit -o json " + c_->WriteSpec(name, SpecOf(name, steps)));
     EXPECT_EQ(r.exit_code, 0) << r.err;
     const auto job = nlohmann::json::parse(r.out, nullptr, false);
     return job.is_object() ? job.value("id", "") : "";
@@ -109,7 +115,7 @@ TEST_F(TenancyTest, QuotasRefuseAtSubmitAndHoldBackTheScheduler) {
   // Two pending jobs at most.
   SubmitAs("alice", "third");
   const CommandResult refused =
-      As("alice", "submit " + c_->WriteSpec("fourth", c_->Spec("fourth", 10, 2, 0)));
+      As("alice", "submit " + c_->WriteSpec("fourth", SpecOf("fourth", 10)));
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("quota max_pending_jobs: alice has 2 of 2 jobs waiting"),
             std::string::npos)
@@ -144,6 +150,60 @@ TEST_F(TenancyTest, ARemovedTokenLocksItsUserOutWithinSeconds) {
                Cluster::Int(j["progress"]["step"]) > step;
       },
       seconds(20)));
+}
+
+// Every path rule refuses at submit, naming the field; a symbolic link
+// swapped in after the submit is refused by the worker, before it writes.
+TEST_F(TenancyTest, JobPathsStayInsideTheWorkDirectoryAndTheOwnersArea) {
+  auto refused = [&](const std::string& name, const std::string& spec) {
+    return As("alice", "submit " + c_->WriteSpec(name, spec));
+  };
+  std::string absolute = SpecOf("abs", 10);
+  absolute.replace(absolute.find("model: model"), 12, "model: /etc");
+  CommandResult r = refused("abs", absolute);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("model: '/etc' must be relative"), std::string::npos) << r.err;
+  std::string climb = SpecOf("climb", 10);
+  climb.replace(climb.find("data: data.jsonl"), 16, "data: ../data.jsonl");
+  r = refused("climb", climb);
+  EXPECT_NE(r.err.find("data: '../data.jsonl' must not climb out"), std::string::npos) << r.err;
+  std::filesystem::create_symlink("/tmp", c_->dir() / "escape");
+  auto with_dir = [&](const std::string& name, const std::string& dir) {
+    std::string spec = SpecOf(name, 10);
+    spec.replace(spec.find("checkpoint: {every_steps: 0}"), 28,
+                 "checkpoint: {every_steps: 0, dir: " + dir + "}");
+    return spec;
+  };
+  r = refused("link", with_dir("link", "escape/run"));
+  EXPECT_NE(r.err.find("checkpoint.dir: 'escape/run' leads outside"), std::string::npos) << r.err;
+  r = refused("theirs", with_dir("theirs", "bob/run"));
+  EXPECT_NE(r.err.find("checkpoint.dir: 'bob/run' must lie in the owner's area alice/"),
+            std::string::npos)
+      << r.err;
+
+  // Accepted while data.jsonl is a plain file, then swapped for a link out.
+  std::filesystem::create_directories(c_->dir() / "alice");
+  std::filesystem::copy_file(c_->dir() / "data.jsonl", c_->dir() / "alice/data.jsonl");
+  std::string swapped = SpecOf("swapped", 10);
+  swapped.replace(swapped.find("data: data.jsonl"), 16, "data: alice/data.jsonl");
+  const CommandResult submitted =
+      As("alice", "submit -o json " + c_->WriteSpec("swapped", swapped));
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id = nlohmann::json::parse(submitted.out).value("id", "");
+  std::filesystem::remove(c_->dir() / "alice/data.jsonl");
+  std::filesystem::create_symlink(c_->dir() / "data.jsonl.outside", c_->dir() / "alice/data.jsonl");
+  WriteFile(std::filesystem::path("/tmp") / "sbp-outside-marker", "");
+  std::filesystem::create_symlink("/tmp/sbp-outside-marker", c_->dir() / "data.jsonl.outside");
+  c_->StartWorker("w0");
+  ASSERT_TRUE(
+      WaitFor([&] { return As("alice", "get " + id).out.find("FAILED") != std::string::npos; },
+              seconds(30)))
+      << As("alice", "get " + id).out << c_->Logs();
+  const auto job = nlohmann::json::parse(As("alice", "get -o json " + id).out, nullptr, false);
+  EXPECT_EQ(job.value("failure_class", ""), "FAILURE_CLASS_BAD_INPUT") << job.dump();
+  EXPECT_NE(As("alice", "events " + id).out.find("data: 'alice/data.jsonl' leads outside"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(c_->dir() / "alice/runs" / id)) << "nothing written";
 }
 
 TEST(ClosedByDefaultTest, NoCoordinatorListensOpenOffLoopback) {

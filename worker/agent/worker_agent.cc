@@ -22,6 +22,7 @@
 #include "worker/agent/rendezvous_store.h"
 #include "worker/agent/system_info.h"
 #include "worker/dist/connect.h"
+#include "worker/train/job_paths.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/trainer.h"
 
@@ -174,24 +175,40 @@ bool WorkerAgent::RunningAttemptStopped() const {
 }
 
 absl::Status WorkerAgent::CheckLease(const v1::Assignment& assignment) const {
-  absl::MutexLock lock(&mu_);
-  const auto lease = std::chrono::milliseconds(lease_seconds_ * 1000);
-  const auto margin = lease / 4;
-  const auto held = Clock::now() - lease_renewed_at_;
-  if (running_stopped_ || held > lease - margin) {
-    return WithFailureKind(
-        absl::AbortedError(absl::StrCat(
-            "job ", assignment.job_id(), " attempt ", assignment.attempt(),
-            running_stopped_
-                ? ": the coordinator ended it"
-                : absl::StrCat(": no heartbeat renewed this worker's lease for ",
-                               std::chrono::duration_cast<std::chrono::milliseconds>(held).count(),
-                               " ms (lease ", lease_seconds_,
-                               " s); stopping before "
-                               "the coordinator hands the attempt to another worker"))),
-        FailureKind::kStaleAttempt);
+  const auto start = Clock::now();
+  while (true) {
+    std::chrono::steady_clock::duration held;
+    int lease_seconds;
+    {
+      absl::MutexLock lock(&mu_);
+      lease_seconds = lease_seconds_;
+      const auto lease = std::chrono::milliseconds(lease_seconds_ * 1000);
+      held = Clock::now() - lease_renewed_at_;
+      if (running_stopped_ || lease_lost_) {
+        return WithFailureKind(
+            absl::AbortedError(absl::StrCat(
+                "job ", assignment.job_id(), " attempt ", assignment.attempt(),
+                running_stopped_ ? ": the coordinator ended it"
+                                 : ": the coordinator declared this worker lost (its lease "
+                                   "expired); stopping without writing")),
+            FailureKind::kStaleAttempt);
+      }
+      if (held <= lease - lease / 4) return absl::OkStatus();
+    }
+    // Unrenewed: nothing may be written. A coordinator that restarts still
+    // knows this worker and renews it; one that declared it lost says so
+    // (lease_lost_); one that stays away ends the attempt here.
+    const auto waited = Clock::now() - start;
+    if (stopping() || waited > std::chrono::seconds(std::max(60, 10 * lease_seconds))) {
+      return WithFailureKind(absl::AbortedError(absl::StrCat(
+                                 "job ", assignment.job_id(), " attempt ", assignment.attempt(),
+                                 ": no heartbeat renewed this worker's lease for ",
+                                 std::chrono::duration_cast<std::chrono::seconds>(held).count(),
+                                 " s (lease ", lease_seconds, " s); stopping without writing")),
+                             FailureKind::kStaleAttempt);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return absl::OkStatus();
 }
 
 void WorkerAgent::SleepFor(milliseconds duration) {
@@ -287,8 +304,14 @@ void WorkerAgent::HeartbeatLoop() {
           }
         }
         // The lease is renewed only by a heartbeat the coordinator took for a
-        // worker it still knows; after a lapse the attempt stays fenced.
+        // worker it still knows; a coordinator that declared this worker lost
+        // has failed its attempt, which must then write nothing more.
         if (response.registered() && !running_stopped_) lease_renewed_at_ = sent;
+        if (!response.registered() && !running_job_.empty() && !lease_lost_) {
+          LOG(WARNING) << "the coordinator declared this worker lost: job " << running_job_
+                       << " attempt " << running_attempt_ << " lost its lease and stops";
+          lease_lost_ = true;
+        }
       }
       if (status.ok() && !response.registered()) {
         LOG(WARNING) << "the coordinator forgot worker " << request.worker_id()
@@ -458,6 +481,17 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     SendFinish(finish);
     return;
   }
+  // The paths are checked again here, right before anything is opened: a
+  // symbolic link planted after the submit must not lead a job outside.
+  if (absl::Status paths = CheckJobPaths(
+          *spec, PathPolicy{options_.work_dir, options_.shared_dir, assignment.run_area()});
+      !paths.ok()) {
+    finish.set_outcome(v1::OUTCOME_FAILED);
+    finish.set_failure_class(ClassifyFailure(paths));
+    finish.set_message(std::string(paths.message()));
+    SendFinish(finish);
+    return;
+  }
   // The worker's capacity is the allocator budget unless the job asks for less.
   if (spec->resources.memory_bytes <= 0 || spec->resources.memory_bytes > options_.memory_bytes) {
     spec->resources.memory_bytes = options_.memory_bytes;
@@ -471,6 +505,7 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   train_options.base_dir = options_.work_dir;
   train_options.device = DeviceName(options_.device);
   train_options.job_id = assignment.job_id();
+  train_options.run_area = assignment.run_area();
   train_options.attempt = assignment.attempt();
   train_options.resume = true;
   if (assignment.world_size() > 1) {
@@ -498,6 +533,7 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     running_job_ = assignment.job_id();
     running_attempt_ = assignment.attempt();
     running_stopped_ = false;
+    lease_lost_ = false;
   }
   const absl::StatusOr<TrainSummary> summary = RunTraining(*spec, train_options, &observer);
   bool superseded = false;

@@ -43,6 +43,7 @@ struct AgentOptions {
   Device device = Device::Cpu();  // what jobs train on ("cpu", "cuda:N")
   int64_t memory_bytes = 0;       // capacity advertised and allocator budget enforced
   std::string work_dir = ".";     // relative paths of job specs resolve here
+  std::string shared_dir;         // read-only job paths may also lie here
   std::string metrics_listen;     // "host:port" for /metrics; "" = none
   std::string tls_ca_path;        // PEM roots for TLS to the coordinator; "" = plaintext
   int compute_threads = 0;        // OpenMP threads for training; 0 = the runtime's default
@@ -86,8 +87,11 @@ class WorkerAgent {
   // a healthy worker renews well before): sent time <= received
   // time, so the worker always stops at least the margin before the
   // coordinator may reassign (with the default 15 s lease and 5 s heartbeat:
-  // the worker stops 11.25 s after its last renewal, the coordinator acts
-  // after 15 s). A paused or partitioned worker thus fences itself.
+  // the worker stops writing 11.25 s after its last renewal, the
+  // coordinator acts after 15 s). An unrenewed attempt waits at its next
+  // write: a restarted coordinator that still knows the worker renews it
+  // and the attempt goes on; one that declared the worker lost (a paused or
+  // partitioned worker) ends it, as does no answer for 10 leases.
   absl::Status CheckLease(const streambp::v1::Assignment& assignment) const;
   // Waits up to `duration` or until Stop().
   void SleepFor(std::chrono::milliseconds duration);
@@ -125,6 +129,7 @@ class WorkerAgent {
   std::string running_job_ ABSL_GUARDED_BY(mu_);
   int running_attempt_ ABSL_GUARDED_BY(mu_) = -1;
   bool running_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool lease_lost_ ABSL_GUARDED_BY(mu_) = false;  // the coordinator declared this worker lost
   absl::Mutex register_mu_;  // one Register call at a time (main and heartbeat threads)
   std::thread heartbeat_thread_;
 };

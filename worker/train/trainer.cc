@@ -276,7 +276,8 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
 
   // The run directory: claimed by rank 0 (the ranks share it), which alone
   // writes metrics and commits checkpoints; every rank learns the verdict.
-  const std::string run_dir = RunDirectoryFor(spec, options.job_id, options.base_dir);
+  const std::string run_dir =
+      RunDirectoryFor(spec, options.job_id, ResolveJobPath(options.base_dir, options.run_area));
   std::optional<RunFence> fence;
   absl::Status claimed = absl::OkStatus();
   if (rank == 0) {

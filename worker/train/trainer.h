@@ -80,6 +80,9 @@ struct TrainOptions {
   // Empty and 0 for a local run (`sbp train`).
   std::string job_id;
   int64_t attempt = 0;
+  // The part of base_dir the default run directory goes in ("alice/"): the
+  // run directory then is <run_area>runs/<job_id>.
+  std::string run_area;
   // The device this process trains on ("cpu", "cuda:N"); its kind must be
   // the job's resources.device.
   std::string device = "cpu";
