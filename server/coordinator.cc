@@ -5,6 +5,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <netinet/in.h>
@@ -210,15 +212,24 @@ absl::Status Coordinator::Impl::StartMetrics() {
   return absl::OkStatus();
 }
 
+// How often the TLS certificate files are checked for a rotation.
+constexpr unsigned int kCertificateRefreshSeconds = 60;
+
 absl::Status Coordinator::Impl::StartServer() {
   ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options.listen, "listen"));
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!options.tls_cert_path.empty()) {
+    // Read once so that a missing or unreadable file is an error now; then
+    // gRPC watches the files and serves a rotated certificate (cert-manager
+    // renews it in place) without a restart.
     ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert_path, "TLS certificate"));
     ASSIGN_OR_RETURN(std::string key, ReadFile(options.tls_key_path, "TLS key"));
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({key, cert});
-    credentials = grpc::SslServerCredentials(ssl);
+    auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+        options.tls_key_path, options.tls_cert_path, kCertificateRefreshSeconds);
+    grpc::experimental::TlsServerCredentialsOptions tls(provider);
+    tls.watch_identity_key_cert_pairs();
+    tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    credentials = grpc::experimental::TlsServerCredentials(tls);
   }
   // grpc.health.v1 is gRPC's own callback service (no thread per Watch).
   grpc::EnableDefaultHealthCheckService(true);
