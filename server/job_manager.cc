@@ -40,12 +40,15 @@ absl::Status JobManager::Load() {
   ASSIGN_OR_RETURN(counts_, store_->CountJobsByState());
   for (JobState state : kAllJobStates) metrics_->SetJobCount(state, counts_[state]);
 
-  // Workers get one lease from now to call in again.
+  // Workers get two leases from now to call in again: their channels may
+  // still be backing off from the outage, and a worker that has not written
+  // since (it stops writing when its own lease lapses) loses nothing by
+  // waiting.
   ASSIGN_OR_RETURN(std::vector<WorkerRecord> workers, store_->ListWorkers());
   for (WorkerRecord& record : workers) {
     WorkerEntry entry;
     entry.record = std::move(record);
-    entry.last_seen = now;
+    entry.last_seen = now + options_.lease;
     entry.confirmed = false;
     workers_.emplace(entry.record.id, std::move(entry));
   }
