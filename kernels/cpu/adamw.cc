@@ -1,16 +1,12 @@
 #include "kernels/cpu/adamw.h"
 
-#include "kernels/cpu/op_checks.h"
-
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/op_checks.h"
+
 namespace sbp::cpu {
-namespace {
-
-
-
-}  // namespace
+namespace {}  // namespace
 
 void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& params) {
   CheckHostLike(param, param, "param", "param");

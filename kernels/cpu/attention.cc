@@ -1,7 +1,5 @@
 #include "kernels/cpu/attention.h"
 
-#include "kernels/cpu/op_checks.h"
-
 #include <cblas.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu/attention_tiles.h"
+#include "kernels/cpu/op_checks.h"
 
 namespace sbp::cpu {
 namespace {
@@ -33,7 +32,6 @@ struct Dims {
   int64_t q_ld() const { return hq * d; }    // stride between rows of q, out, dq
   int64_t kv_ld() const { return hkv * d; }  // stride between rows of k, v, dk, dv
 };
-
 
 void CheckSameShape(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) {
   CheckHostF32(t, name);

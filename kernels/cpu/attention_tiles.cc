@@ -1,76 +1,18 @@
 #include "kernels/cpu/attention_tiles.h"
 
-#include <bit>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
-// With GCC each function below is compiled three times (AVX-512, AVX2+FMA,
-// baseline) and an ifunc resolver picks one when the library is loaded; other
-// compilers get the baseline build only.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define SBP_TILE_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define SBP_TILE_CLONES
-#endif
+#include "kernels/cpu/vector_math.h"
+
+// Each function below is compiled for AVX-512, AVX2+FMA and baseline x86-64
+// (SBP_CPU_CLONES, kernels/cpu/vector_math.h).
+#define SBP_TILE_CLONES SBP_CPU_CLONES
 
 namespace sbp::cpu::attention_internal {
-namespace {
 
-// exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]
-// (ln 2 split in two so that n * kLn2Hi is exact); exp(r) by its degree-7
-// Taylor polynomial (truncation error < 5e-9 relative); 2^n added to the
-// exponent bits. Branch-free so that loops over it vectorise.
-__attribute__((always_inline)) inline float ExpInline(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;      // 355/512, 9 significant bits
-  constexpr float kLn2Lo = -2.12194440e-4f;   // ln 2 - kLn2Hi
-  constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: + then - rounds (no -ffast-math)
-  constexpr float kLow = -87.0f;
-  constexpr float kHigh = 88.0f;
-  float xc = x < kLow ? kLow : x;
-  xc = xc > kHigh ? kHigh : xc;
-  const float n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
-  float r = xc - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = std::bit_cast<int32_t>(p) + (static_cast<int32_t>(n) << 23);
-  const float y = std::bit_cast<float>(bits);
-  return x < kLow ? 0.0f : y;
-}
-
-// max of x[0..n), n >= 1. A GCC vector of 16 floats holds 16 running maxima
-// (one zmm register on AVX-512, two ymm on AVX2): an ordered scalar max
-// reduction would not vectorise without reassociation flags.
-typedef float Float16 __attribute__((vector_size(64)));
-
-__attribute__((always_inline)) inline float RowMax(const float* x, int64_t n) {
-  constexpr int64_t kLanes = 16;
-  float mx = x[0];
-  int64_t c = 0;
-  if (n >= kLanes) {
-    Float16 lanes;
-    std::memcpy(&lanes, x, sizeof(lanes));
-    for (c = kLanes; c + kLanes <= n; c += kLanes) {
-      Float16 v;
-      std::memcpy(&v, x + c, sizeof(v));
-      lanes = v > lanes ? v : lanes;
-    }
-    for (int64_t u = 0; u < kLanes; ++u) mx = lanes[u] > mx ? lanes[u] : mx;
-  }
-  for (; c < n; ++c) mx = x[c] > mx ? x[c] : mx;
-  return mx;
-}
-
-}  // namespace
+using vector_math::ExpInline;
+using vector_math::RowMax;
 
 float FastExp(float x) { return ExpInline(x); }
 

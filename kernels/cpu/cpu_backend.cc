@@ -62,8 +62,7 @@ void CpuBackend::SwigluBackward(const Tensor& gate, const Tensor& up, const Tens
                                 Tensor& dgate, Tensor& dup) {
   cpu::SwigluBackward(gate, up, dout, dgate, dup);
 }
-double CpuBackend::CrossEntropyForwardBackward(Tensor& logits, const Tensor& targets,
-                                               float scale) {
+double CpuBackend::CrossEntropyForwardBackward(Tensor& logits, const Tensor& targets, float scale) {
   return cpu::CrossEntropyForwardBackward(logits, targets, scale);
 }
 void CpuBackend::LogProbsForward(const Tensor& logits, const Tensor& targets, Tensor& logprobs,

@@ -24,8 +24,8 @@ class CpuBackend final : public Backend {
 
   void RmsNormForward(const Tensor& x, const Tensor& weight, float eps, Tensor& y,
                       Tensor* rstd) override;
-  void RmsNormBackward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                       const Tensor& dy, Tensor& dx, Tensor& dweight) override;
+  void RmsNormBackward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
+                       Tensor& dx, Tensor& dweight) override;
 
   void RopeForward(Tensor& x, int64_t position_offset, double theta) override;
   void RopeBackward(Tensor& dx, int64_t position_offset, double theta) override;
@@ -46,8 +46,7 @@ class CpuBackend final : public Backend {
   void SwigluBackward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
                       Tensor& dup) override;
 
-  double CrossEntropyForwardBackward(Tensor& logits, const Tensor& targets,
-                                     float scale) override;
+  double CrossEntropyForwardBackward(Tensor& logits, const Tensor& targets, float scale) override;
   void LogProbsForward(const Tensor& logits, const Tensor& targets, Tensor& logprobs,
                        Tensor& lse) override;
   void LogProbsBackward(Tensor& logits, const Tensor& targets, const Tensor& lse,

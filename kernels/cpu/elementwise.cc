@@ -1,12 +1,12 @@
 #include "kernels/cpu/elementwise.h"
 
-#include "kernels/cpu/op_checks.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "kernels/cpu/op_checks.h"
 
 namespace sbp::cpu {
 namespace {
@@ -14,8 +14,6 @@ namespace {
 // SumSquares: blocks of at least kMinBlock elements, at most kMaxBlocks blocks.
 constexpr int64_t kMinBlock = 1 << 14;
 constexpr int64_t kMaxBlocks = 1024;
-
-
 
 void CheckSameShape(const Tensor& a, const Tensor& b, const char* op, const char* a_name,
                     const char* b_name) {

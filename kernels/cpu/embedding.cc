@@ -1,17 +1,15 @@
 #include "kernels/cpu/embedding.h"
 
-#include "kernels/cpu/op_checks.h"
-
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/op_checks.h"
+
 namespace sbp::cpu {
 namespace {
-
-
 
 // Checks the layout of (ids, table-like [V, H], rows [T, H]) and every id.
 void CheckEmbeddingArgs(const Tensor& table, const Tensor& ids, const Tensor& rows,

@@ -1,7 +1,5 @@
 #include "kernels/cpu/matmul.h"
 
-#include "kernels/cpu/op_checks.h"
-
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,11 +7,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/op_checks.h"
+
 namespace sbp::cpu {
 namespace {
 
 constexpr int64_t kBiasColumnBlock = 64;
-
 
 // Number of rows of a [..., cols] tensor.
 int64_t RowCount(const Tensor& t, const char* name) {

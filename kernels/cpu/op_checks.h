@@ -32,8 +32,8 @@ inline void CheckHostF32(const Tensor& t, const char* name) { CheckHost(t, DType
 inline void CheckHostLike(const Tensor& t, const Tensor& like, const char* name,
                           const char* like_name) {
   CheckHostF32(t, name);
-  CHECK(t.shape() == like.shape()) << name << " " << t.DebugString() << " must match "
-                                   << like_name << " " << like.DebugString();
+  CHECK(t.shape() == like.shape())
+      << name << " " << t.DebugString() << " must match " << like_name << " " << like.DebugString();
 }
 
 }  // namespace sbp::cpu

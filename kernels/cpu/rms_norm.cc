@@ -1,11 +1,11 @@
 #include "kernels/cpu/rms_norm.h"
 
-#include "kernels/cpu/op_checks.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#include "kernels/cpu/op_checks.h"
 
 namespace sbp::cpu {
 namespace {
@@ -14,7 +14,6 @@ namespace {
 // the shape only, never on the thread count, so results are reproducible.
 constexpr int64_t kMaxRowBlocks = 64;
 constexpr int64_t kMinRowsPerBlock = 16;
-
 
 // Returns the number of rows of x normalised by weight.
 int64_t CheckRows(const Tensor& x, const Tensor& weight, const char* x_name) {

@@ -4,7 +4,10 @@
 
 namespace sbp::cpu {
 
-// Best of `repeats` n x n x n products, in GFLOP/s.
-double MeasureSgemmGflops(int n = 2048, int repeats = 3);
+// Best of `repeats` n x n x n products, in GFLOP/s. The default takes about
+// 0.5 s on 2 cores: enough products that one of them usually runs with the
+// cores to itself on a shared machine (with 3, the rate measured on a busy
+// machine ranged over 150-390 GFLOP/s, and the MFU figures with it).
+double MeasureSgemmGflops(int n = 2048, int repeats = 10);
 
 }  // namespace sbp::cpu

@@ -1,14 +1,12 @@
 #include "kernels/cpu/swiglu.h"
 
-#include "kernels/cpu/op_checks.h"
-
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/op_checks.h"
+
 namespace sbp::cpu {
 namespace {
-
-
 
 inline float Sigmoid(float g) { return 1.0f / (1.0f + std::exp(-g)); }
 

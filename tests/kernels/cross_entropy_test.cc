@@ -79,6 +79,37 @@ TEST(CrossEntropy, FusedMatchesReferenceAndIgnoresRows) {
   }
 }
 
+// Rows long enough for the vectorised blocks (16 logits each) plus a tail, with
+// a wide spread of logits (many exps far below the max).
+TEST(CrossEntropy, LongRowsMatchReference) {
+  const int64_t n = 5, v = 4099;
+  const float scale = 0.125f;
+  Tensor logits = op_test::RandomTensor({n, v}, 7, 8.0f);
+  Tensor targets = op_test::FromInts({n}, {4098, 0, kIgnore, 2047, 17});
+  const Vec l = op_test::ToDouble(logits);
+  const std::vector<int32_t> t = IntsOf(targets);
+
+  Tensor logprobs = op_test::NewTensor({n});
+  Tensor lse = op_test::NewTensor({n});
+  cpu::LogProbsForward(logits, targets, logprobs, lse);
+  EXPECT_LT(op_test::RelErr(logprobs, LogProbsReference(l, t, v)), 1e-6);
+  for (int64_t r = 0; r < n; ++r) {
+    if (t[r] == kIgnore) continue;
+    EXPECT_NEAR(lse.data<float>()[r], RowLse(l, r, v), 1e-5);
+  }
+
+  Tensor grad = op_test::Clone(logits);
+  const double loss = cpu::CrossEntropyForwardBackward(grad, targets, scale);
+  EXPECT_NEAR(loss, CrossEntropyReference(l, t, v), 1e-6 * std::abs(loss));
+  EXPECT_LT(op_test::RelErr(grad, CrossEntropyGradReference(l, t, v, scale)), 1e-6);
+
+  // LogProbsBackward with dlogprobs = -scale is the fused gradient.
+  Tensor dlogprobs = op_test::NewTensor({n});
+  for (int64_t r = 0; r < n; ++r) dlogprobs.data<float>()[r] = -scale;
+  cpu::LogProbsBackward(logits, targets, lse, dlogprobs);
+  EXPECT_LT(op_test::RelErr(logits, CrossEntropyGradReference(l, t, v, scale)), 1e-6);
+}
+
 TEST(CrossEntropy, FusedGradientMatchesFiniteDifferences) {
   const int64_t n = 4, v = 7;
   const float scale = 0.5f;

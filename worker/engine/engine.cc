@@ -50,9 +50,17 @@ int64_t AutoChunkTokens(const ModelConfig&, int64_t tokens) {
   return std::max<int64_t>(1, std::min<int64_t>(tokens, 1024));
 }
 
-int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens) {
-  const int64_t by_memory = (int64_t{64} << 20) / (4 * std::max<int64_t>(config.vocab_size, 1));
-  return std::max<int64_t>(1, std::min(tokens, std::clamp<int64_t>(by_memory, 64, 1024)));
+int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens, DeviceKind device,
+                              int64_t element_bytes) {
+  const bool cuda = device == DeviceKind::kCuda;
+  const int64_t granule = cuda ? 256 : 64;
+  const int64_t preferred = cuda ? 4096 : 512;
+  const int64_t max_bytes = cuda ? int64_t{2} << 30 : int64_t{512} << 20;
+  const int64_t row_bytes =
+      std::max<int64_t>(config.vocab_size, 1) * std::max<int64_t>(element_bytes, 1);
+  const int64_t by_memory = max_bytes / row_bytes / granule * granule;
+  const int64_t rows = std::max(granule, std::min(preferred, by_memory));
+  return std::max<int64_t>(1, std::min(tokens, rows));
 }
 
 Engine::Engine(const ModelConfig& config, Backend& backend, EngineOptions options)
@@ -64,9 +72,11 @@ Engine::ChunkPlan Engine::PlanChunks(int64_t tokens, bool training) const {
   if (chunked) {
     plan.chunk = options_.chunk_tokens > 0 ? std::min(options_.chunk_tokens, tokens)
                                            : AutoChunkTokens(config_, tokens);
-    plan.logits_chunk = options_.logits_chunk_tokens > 0
-                            ? std::min(options_.logits_chunk_tokens, tokens)
-                            : AutoLogitsChunkTokens(config_, tokens);
+    plan.logits_chunk =
+        options_.logits_chunk_tokens > 0
+            ? std::min(options_.logits_chunk_tokens, tokens)
+            : AutoLogitsChunkTokens(config_, tokens, backend_.device().kind,
+                                    static_cast<int64_t>(DTypeSize(backend_.activation_dtype())));
   }
   plan.chunk = std::max<int64_t>(plan.chunk, 1);
   plan.logits_chunk = std::max<int64_t>(plan.logits_chunk, 1);

@@ -57,11 +57,27 @@ struct EngineOptions {
   int64_t logits_chunk_tokens = 0;  // 0: automatic
 };
 
-// Automatic chunk sizes until the memory planner chooses them: query chunks
-// of up to 1024 rows; logits chunks of about 64 MiB of fp32 logits, between
-// 64 and 1024 rows.
+// Automatic chunk sizes where no memory budget chooses them (with one, the
+// memory planner's PlanAutoChunks does): query chunks of up to 1024 rows.
+//
+// Logits chunks are sized for the LM head's GEMMs. Each chunk runs three
+// GEMMs that stream a V x H matrix: the logits and dL/dhidden read (and the
+// BLAS packs) the head weight, dW_head += dlogits^T h reads and writes the
+// whole head gradient; their rate grows with the rows that share that
+// traffic. On the CPU (OpenBLAS SkylakeX kernels, 2 threads, bench-qwen3,
+// sgemm 406 GFLOP/s) the head's GEMMs ran at 232, 264, 320, 325 and 349
+// GFLOP/s with chunks of 110, 128, 256, 512 and 2048 rows, and the stream
+// step at T = 4096 took 11.3-11.9 s with 110 rows, 9.2-9.3 s with 256 and
+// 8.8-9.3 s with 512 (row counts that are not a multiple of the kernels'
+// tiles run their remainder paths). On a GPU the fp32 head gradient's
+// 8 V H bytes per chunk outweigh its 2 rows V H FLOPs below about
+// 4 x (FLOP rate / bandwidth) rows, ~740 on an H200. So: 512 rows on the
+// CPU, 4096 on CUDA, fewer where a chunk's logits (`element_bytes` each)
+// would pass 512 MiB (CPU) or 2 GiB (CUDA); a multiple of 64 (CPU) or 256
+// (CUDA) rows, at least one such multiple, at most `tokens`.
 int64_t AutoChunkTokens(const ModelConfig& config, int64_t tokens);
-int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens);
+int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens, DeviceKind device,
+                              int64_t element_bytes);
 
 class Engine {
  public:

@@ -95,8 +95,10 @@ StepShape ShapeOf(const PlanRequest& r) {
   s.C = s.LC = s.T;
   if (s.stream) {
     s.C = r.chunk_tokens > 0 ? std::min(r.chunk_tokens, s.T) : AutoChunkTokens(c, s.T);
-    s.LC = r.logits_chunk_tokens > 0 ? std::min(r.logits_chunk_tokens, s.T)
-                                     : AutoLogitsChunkTokens(c, s.T);
+    s.LC =
+        r.logits_chunk_tokens > 0
+            ? std::min(r.logits_chunk_tokens, s.T)
+            : AutoLogitsChunkTokens(c, s.T, r.device, static_cast<int64_t>(DTypeSize(r.precision)));
   }
   s.C = std::max<int64_t>(s.C, 1);
   s.LC = std::max<int64_t>(s.LC, 1);

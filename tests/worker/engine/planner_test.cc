@@ -316,6 +316,33 @@ TEST(Planner, RejectsBadRequestsNamingTheField) {
 // ---------------------------------------------------------------------------
 // auto chunk sizes and the longest sequence.
 
+TEST(PlannerAuto, EngineDefaultLogitsChunksAreSizedForTheHeadGemms) {
+  ModelConfig c = Preset("bench-qwen3");  // vocab 151936
+  // CPU, fp32: 512 rows (311 MB of logits), the whole sequence when shorter.
+  EXPECT_EQ(AutoLogitsChunkTokens(c, 8192, DeviceKind::kCpu, 4), 512);
+  EXPECT_EQ(AutoLogitsChunkTokens(c, 300, DeviceKind::kCpu, 4), 300);
+  // CUDA, bf16: 4096 rows (1.2 GB).
+  EXPECT_EQ(AutoLogitsChunkTokens(c, 32768, DeviceKind::kCuda, 2), 4096);
+  EXPECT_EQ(AutoLogitsChunkTokens(c, 2000, DeviceKind::kCuda, 2), 2000);
+  // A large vocabulary: as many multiples of 64 (256 on CUDA) rows as fit in
+  // 512 MiB (2 GiB), at least one multiple.
+  c.vocab_size = 1'000'000;
+  EXPECT_EQ(AutoLogitsChunkTokens(c, 8192, DeviceKind::kCpu, 4), 128);
+  EXPECT_EQ(AutoLogitsChunkTokens(c, 8192, DeviceKind::kCuda, 2), 1024);
+  c.vocab_size = 50'000'000;
+  EXPECT_EQ(AutoLogitsChunkTokens(c, 8192, DeviceKind::kCpu, 4), 64);
+  EXPECT_EQ(AutoLogitsChunkTokens(c, 8192, DeviceKind::kCuda, 2), 256);
+
+  // The planner predicts what the engine runs on each device.
+  PlanRequest r = Request("bench-qwen3", 8192, BackwardMode::kStream);
+  EXPECT_EQ(PlanMemory(r)->logits_chunk_tokens, 512);
+  EXPECT_EQ(PlanMemory(r)->Term("logits"), 512 * r.config.vocab_size * 4);
+  r.device = DeviceKind::kCuda;
+  r.precision = DType::kBF16;
+  EXPECT_EQ(PlanMemory(r)->logits_chunk_tokens, 4096);
+  EXPECT_EQ(PlanMemory(r)->Term("logits"), 4096 * r.config.vocab_size * 2);
+}
+
 TEST(PlannerAuto, ChoosesTheLargestChunksThatFit) {
   PlanRequest r = Request("bench-qwen3", 8192, BackwardMode::kStream);
   MemoryPlan smallest = *PlanMinimum(r);
