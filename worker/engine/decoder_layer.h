@@ -14,6 +14,11 @@
 // is done, KvBackward pushes the finished dK/dV rows back through rope,
 // k_norm, the k/v projections and the input norm, adding to dX. Parameter
 // gradients accumulate (+=) in both.
+//
+// LoRA: each targeted linear adds s (x A^T) B^T to its output (lora_linear.h);
+// the k/v adapters run in KvForward/KvBackward, so K/V are still computed
+// once per layer, and every chunk adds its low-rank terms into dA/dB (+=).
+// Frozen base weights (undefined gradients) get no weight gradient.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "worker/engine/decoder_layer.h"
 #include "worker/engine/layer_buffers.h"
+#include "worker/engine/lora_store.h"
 
 namespace sbp {
 namespace {
@@ -17,6 +18,23 @@ absl::StatusOr<Tensor> Make(Backend& backend, Shape shape, const std::string& wh
 }
 absl::StatusOr<Tensor> MakeF32(Backend& backend, Shape shape, const std::string& what) {
   return Tensor::Empty(backend.allocator(), std::move(shape), DType::kF32, what);
+}
+
+// A LoRA run's base norms are frozen (undefined gradients), but the norm
+// backward always accumulates a weight gradient: it goes into `discard`,
+// whose values are never read.
+Tensor NormGradOrDiscard(const Tensor& grad, const Tensor& discard, int64_t n) {
+  return grad.defined() ? grad : discard.Rows(0, n);
+}
+LayerWeights WithFrozenNorms(LayerWeights g, const Tensor& discard, const ModelConfig& c) {
+  if (!discard.defined()) return g;
+  g.input_norm = NormGradOrDiscard(g.input_norm, discard, c.hidden_size);
+  g.post_norm = NormGradOrDiscard(g.post_norm, discard, c.hidden_size);
+  if (c.qk_norm) {
+    g.q_norm = NormGradOrDiscard(g.q_norm, discard, c.head_dim);
+    g.k_norm = NormGradOrDiscard(g.k_norm, discard, c.head_dim);
+  }
+  return g;
 }
 
 void CheckSequence(const Tensor& ids, const Tensor& targets) {
@@ -86,7 +104,8 @@ Engine::ChunkPlan Engine::PlanChunks(int64_t tokens, bool training) const {
 absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
                                                    const Tensor& hidden, const Tensor& targets,
                                                    TokenLoss& loss, int64_t logits_chunk,
-                                                   Tensor* d_hidden, ModelTensors* grads) {
+                                                   Tensor* d_hidden, ModelTensors* grads,
+                                                   const Tensor& discard) {
   Backend& b = backend_;
   const int64_t T = hidden.dim(0), H = config_.hidden_size, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -118,11 +137,12 @@ absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
       b.Cast(logits, d_logits);
     }
     total += loss.ForwardBackward(b, d_logits, targets.Rows(s, e), s);
-    b.MatmulAccumDyTX(d_logits, fn, grads->lm_head);
+    if (grads->lm_head.defined()) b.MatmulAccumDyTX(d_logits, fn, grads->lm_head);
     Tensor& d_fn = fn;
     b.MatmulDyW(d_logits, weights.lm_head, d_fn, false);
     Tensor dx = d_hidden->Rows(s, e);
-    b.RmsNormBackward(x, weights.final_norm, r, d_fn, dx, grads->final_norm);
+    Tensor d_norm = NormGradOrDiscard(grads->final_norm, discard, H);
+    b.RmsNormBackward(x, weights.final_norm, r, d_fn, dx, d_norm);
   }
   return total;
 }
@@ -141,7 +161,8 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
   {
     ASSIGN_OR_RETURN(KvBuffers kv, KvBuffers::Allocate(b, config_, T, "forward"));
     ASSIGN_OR_RETURN(ChunkActivations acts,
-                     ChunkActivations::Allocate(b, config_, plan.chunk, false, "forward chunk"));
+                     ChunkActivations::Allocate(b, config_, plan.chunk, false, "forward chunk",
+                                                LoraRank(weights)));
     for (const LayerWeights& w : weights.layers) {
       for (int64_t s = 0; s < T; s += plan.chunk) {
         const int64_t e = std::min(T, s + plan.chunk);
@@ -154,7 +175,8 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
       std::swap(x, y);
     }
   }
-  return HeadForwardBackward(weights, x, targets, loss, plan.logits_chunk, nullptr, nullptr);
+  return HeadForwardBackward(weights, x, targets, loss, plan.logits_chunk, nullptr, nullptr,
+                             Tensor());
 }
 
 absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, const Tensor& ids,
@@ -166,6 +188,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   const int64_t T = plan.tokens, H = config_.hidden_size;
   const int L = static_cast<int>(config_.num_hidden_layers);
   const bool keep_all = options_.mode == BackwardMode::kFull;
+  const int64_t lora_rank = LoraRank(weights);
   DecoderLayer layer(config_, b);
 
   // Layer inputs (checkpoints): hidden[l] is the input of layer l, hidden[L]
@@ -182,7 +205,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   for (int i = 0; i < sets; ++i) {
     ASSIGN_OR_RETURN(kv[i], KvBuffers::Allocate(b, config_, T, absl::StrCat("layer ", i)));
     ASSIGN_OR_RETURN(acts[i], ChunkActivations::Allocate(b, config_, plan.chunk, true,
-                                                         absl::StrCat("layer ", i)));
+                                                         absl::StrCat("layer ", i), lora_rank));
   }
 
   // Forward: K/V of a chunk, then its queries (keys up to the chunk end are
@@ -209,8 +232,13 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
     if (config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
   }
   ASSIGN_OR_RETURN(Tensor d_hidden, Make(b, {T, H}, "hidden-state gradient"));
-  ASSIGN_OR_RETURN(double total, HeadForwardBackward(weights, hidden[L], targets, loss,
-                                                     plan.logits_chunk, &d_hidden, &grads));
+  Tensor discard;  // frozen norms' weight gradients (LoRA)
+  if (lora_rank > 0) {
+    ASSIGN_OR_RETURN(discard, MakeF32(b, {std::max(H, config_.head_dim)}, "frozen norm gradient"));
+  }
+  ASSIGN_OR_RETURN(double total,
+                   HeadForwardBackward(weights, hidden[L], targets, loss, plan.logits_chunk,
+                                       &d_hidden, &grads, discard));
   // Layer inputs above the one being differentiated are no longer needed.
   hidden[L] = Tensor();
   if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(final_group));
@@ -219,7 +247,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   for (int l = L - 1; l >= 0; --l) {
     const LayerWeights& w = weights.layers[l];
     if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Acquire(1 + l, grads));
-    LayerWeights& g = grads.layers[l];
+    LayerWeights g = WithFrozenNorms(grads.layers[l], discard, config_);
     const int set = keep_all ? l : 0;
     const Tensor& x = hidden[l];
     if (!keep_all) {
@@ -260,7 +288,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
     if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(1 + l));
   }
   if (sink_ != nullptr && !config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
-  b.EmbeddingBackward(ids, d_hidden, grads.embed);
+  if (grads.embed.defined()) b.EmbeddingBackward(ids, d_hidden, grads.embed);
   if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(0));
   return total;
 }

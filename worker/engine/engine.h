@@ -85,7 +85,9 @@ class Engine {
 
   // Forward and backward of one sequence: ids [T] i32, targets [T] i32 (the
   // label of position t is the token t+1, -100 ignored). Returns the loss
-  // contribution; gradients ACCUMULATE into `grads`. ResourceExhausted when
+  // contribution; gradients ACCUMULATE into `grads`. With LoRA adapters in
+  // `weights` (layers[i].lora), `grads` may leave the base tensors undefined:
+  // they are frozen and get no gradient. ResourceExhausted when
   // the allocator's budget is too small.
   absl::StatusOr<double> ForwardBackward(const ModelTensors& weights, const Tensor& ids,
                                          const Tensor& targets, TokenLoss& loss,
@@ -116,7 +118,7 @@ class Engine {
   absl::StatusOr<double> HeadForwardBackward(const ModelTensors& weights, const Tensor& hidden,
                                              const Tensor& targets, TokenLoss& loss,
                                              int64_t logits_chunk, Tensor* d_hidden,
-                                             ModelTensors* grads);
+                                             ModelTensors* grads, const Tensor& discard);
 
   const ModelConfig config_;
   Backend& backend_;

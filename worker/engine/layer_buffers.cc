@@ -45,8 +45,7 @@ KvBuffers KvBuffers::Rows(int64_t begin, int64_t end) const {
   return kv;
 }
 
-absl::StatusOr<KvGrads> KvGrads::Allocate(Backend& backend, const ModelConfig& c,
-                                          int64_t tokens) {
+absl::StatusOr<KvGrads> KvGrads::Allocate(Backend& backend, const ModelConfig& c, int64_t tokens) {
   KvGrads g;
   const Shape shape = {tokens, c.num_key_value_heads, c.head_dim};
   ASSIGN_OR_RETURN(g.dk, MakeF32(backend, shape, "backward", "dK"));
@@ -54,10 +53,10 @@ absl::StatusOr<KvGrads> KvGrads::Allocate(Backend& backend, const ModelConfig& c
   return g;
 }
 
-absl::StatusOr<ChunkActivations> ChunkActivations::Allocate(Backend& backend,
-                                                            const ModelConfig& c, int64_t rows,
-                                                            bool for_backward,
-                                                            const std::string& what) {
+absl::StatusOr<ChunkActivations> ChunkActivations::Allocate(Backend& backend, const ModelConfig& c,
+                                                            int64_t rows, bool for_backward,
+                                                            const std::string& what,
+                                                            int64_t lora_rank) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const int64_t Hq = c.num_attention_heads, d = c.head_dim;
   ChunkActivations a;
@@ -80,15 +79,36 @@ absl::StatusOr<ChunkActivations> ChunkActivations::Allocate(Backend& backend,
     ASSIGN_OR_RETURN(a.d_attn, Make(backend, {rows, Hq * d}, what, "d attention"));
     ASSIGN_OR_RETURN(a.dq, Make(backend, {rows, Hq, d}, what, "dq"));
   }
+  if (lora_rank > 0) {
+    ASSIGN_OR_RETURN(a.lora_u, Make(backend, {rows, lora_rank}, what, "LoRA x A^T"));
+    if (for_backward) {
+      ASSIGN_OR_RETURN(a.lora_t, Make(backend, {rows, lora_rank}, what, "LoRA dy B"));
+      ASSIGN_OR_RETURN(a.lora_t2, Make(backend, {rows, lora_rank}, what, "LoRA dy B"));
+    }
+  }
   return a;
 }
 
 ChunkActivations ChunkActivations::Rows(int64_t rows) const {
   ChunkActivations a;
-  for (auto [dst, src] : {std::pair{&a.xn, &xn}, {&a.x_rstd, &x_rstd}, {&a.q_pre, &q_pre},
-                          {&a.q_rstd, &q_rstd}, {&a.q, &q}, {&a.attn, &attn}, {&a.lse, &lse},
-                          {&a.h, &h}, {&a.h_rstd, &h_rstd}, {&a.hn, &hn}, {&a.gate, &gate},
-                          {&a.up, &up}, {&a.act, &act}, {&a.d_attn, &d_attn}, {&a.dq, &dq}}) {
+  for (auto [dst, src] : {std::pair{&a.xn, &xn},
+                          {&a.x_rstd, &x_rstd},
+                          {&a.q_pre, &q_pre},
+                          {&a.q_rstd, &q_rstd},
+                          {&a.q, &q},
+                          {&a.attn, &attn},
+                          {&a.lse, &lse},
+                          {&a.h, &h},
+                          {&a.h_rstd, &h_rstd},
+                          {&a.hn, &hn},
+                          {&a.gate, &gate},
+                          {&a.up, &up},
+                          {&a.act, &act},
+                          {&a.d_attn, &d_attn},
+                          {&a.dq, &dq},
+                          {&a.lora_u, &lora_u},
+                          {&a.lora_t, &lora_t},
+                          {&a.lora_t2, &lora_t2}}) {
     *dst = FirstRows(*src, rows);
   }
   return a;

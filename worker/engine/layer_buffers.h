@@ -20,6 +20,7 @@
 //   act     [C, I]       silu(gate)*up (later: dact)
 //   d_attn  [C, Hq*d]    gradient of attn (backward only)
 //   dq      [C, Hq, d]   gradient of q (backward only)
+//   lora_u, lora_t, lora_t2  [C, r]  LoRA low-rank scratch (rank r > 0 only)
 #pragma once
 
 #include <cstdint>
@@ -52,11 +53,12 @@ struct KvGrads {
 
 struct ChunkActivations {
   Tensor xn, x_rstd, q_pre, q_rstd, q, attn, lse, h, h_rstd, hn, gate, up, act;
-  Tensor d_attn, dq;  // defined when allocated for backward
+  Tensor d_attn, dq;               // defined when allocated for backward
+  Tensor lora_u, lora_t, lora_t2;  // defined for LoRA (lora_t, lora_t2: backward)
 
   static absl::StatusOr<ChunkActivations> Allocate(Backend& backend, const ModelConfig& config,
                                                    int64_t rows, bool for_backward,
-                                                   const std::string& what);
+                                                   const std::string& what, int64_t lora_rank = 0);
   // The first `rows` rows of every buffer (a shorter last chunk).
   ChunkActivations Rows(int64_t rows) const;
 };

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/engine/lora_store.h"
 
 namespace sbp {
 namespace {
@@ -17,16 +18,22 @@ int64_t RoundUp(int64_t value, int64_t multiple) {
 absl::StatusOr<ParameterStore> ParameterStore::Create(const ModelConfig& config,
                                                       Allocator& allocator, absl::string_view what,
                                                       int64_t pad_multiple) {
-  CHECK_GE(pad_multiple, 1);
-  ParameterStore store;
-  store.config_ = config;
-  std::vector<std::pair<std::string, std::vector<ParamSpec>>> layout;
+  Layout layout;
   layout.emplace_back("embed", EmbeddingParameterSpecs(config));
   for (int i = 0; i < config.num_hidden_layers; ++i) {
     layout.emplace_back(absl::StrCat("layer.", i), LayerParameterSpecs(config, i));
   }
   layout.emplace_back("final", FinalParameterSpecs(config));
+  return CreateWithLayout(config, std::move(layout), allocator, what, pad_multiple);
+}
 
+absl::StatusOr<ParameterStore> ParameterStore::CreateWithLayout(const ModelConfig& config,
+                                                                Layout layout, Allocator& allocator,
+                                                                absl::string_view what,
+                                                                int64_t pad_multiple) {
+  CHECK_GE(pad_multiple, 1);
+  ParameterStore store;
+  store.config_ = config;
   for (auto& [group_name, specs] : layout) {
     ParameterGroup group;
     group.name = group_name;
@@ -98,6 +105,7 @@ int64_t ParameterStore::total_bytes() const {
 }
 
 ModelTensors BindModelTensors(const ParameterStore& store) {
+  if (store.lora() != nullptr) return BindAdapterTensors(store);
   const ModelConfig& config = store.config();
   auto get = [&](const std::string& name) {
     auto t = store.Find(name);
@@ -149,6 +157,21 @@ void BindGroupTensors(const ParameterStore& layout, int group, float* base, Mode
   };
   const int L = layout.config().num_hidden_layers;
   out.layers.resize(L);
+  if (layout.lora() != nullptr) {
+    // Adapters live in the layer groups only.
+    if (group != layout.embed_group() && group != layout.final_group()) {
+      const LayerAdapters& v = views.layers[group - 1].lora;
+      LayerAdapters& o = out.layers[group - 1].lora;
+      for (LoraAdapter LayerAdapters::*field :
+           {&LayerAdapters::q_proj, &LayerAdapters::k_proj, &LayerAdapters::v_proj,
+            &LayerAdapters::o_proj, &LayerAdapters::gate_proj, &LayerAdapters::up_proj,
+            &LayerAdapters::down_proj}) {
+        (o.*field).a = rebase((v.*field).a);
+        (o.*field).b = rebase((v.*field).b);
+      }
+    }
+    return;
+  }
   if (group == layout.embed_group()) {
     out.embed = rebase(views.embed);
     if (layout.config().tie_word_embeddings) out.lm_head = out.embed;

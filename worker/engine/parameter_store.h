@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,15 +19,16 @@
 #include "absl/strings/string_view.h"
 #include "kernels/allocator.h"
 #include "kernels/tensor.h"
+#include "worker/engine/lora_options.h"
 #include "worker/model/model_config.h"
 #include "worker/model/model_io.h"
 
 namespace sbp {
 
 struct ParameterGroup {
-  std::string name;        // "embed", "layer.3", "final"
-  Tensor flat;             // [padded_numel] f32
-  int64_t numel = 0;       // elements used by tensors (before padding)
+  std::string name;   // "embed", "layer.3", "final"
+  Tensor flat;        // [padded_numel] f32
+  int64_t numel = 0;  // elements used by tensors (before padding)
   std::vector<ParamSpec> specs;
   std::vector<Tensor> tensors;  // views into flat, same order as specs
 };
@@ -46,6 +49,18 @@ class ParameterStore {
   // the store is charged to `allocator`.
   static absl::StatusOr<ParameterStore> Load(const std::string& dir, Allocator& allocator,
                                              absl::string_view what, int64_t pad_multiple = 1);
+
+  // Zero-filled groups with the given tensors (group name, specs), in order.
+  // The group numbering above (embed, layers, final) is the caller's to keep.
+  using Layout = std::vector<std::pair<std::string, std::vector<ParamSpec>>>;
+  static absl::StatusOr<ParameterStore> CreateWithLayout(const ModelConfig& config, Layout layout,
+                                                         Allocator& allocator,
+                                                         absl::string_view what,
+                                                         int64_t pad_multiple);
+
+  // Set on a store of LoRA adapters (lora_store.h) rather than model weights.
+  const LoraOptions* lora() const { return lora_.has_value() ? &*lora_ : nullptr; }
+  void set_lora(LoraOptions options) { lora_ = std::move(options); }
 
   const ModelConfig& config() const { return config_; }
   std::vector<ParameterGroup>& groups() { return groups_; }
@@ -69,13 +84,30 @@ class ParameterStore {
   ModelConfig config_;
   std::vector<ParameterGroup> groups_;
   absl::flat_hash_map<std::string, std::pair<int, int>> index_;  // name -> (group, slot)
+  std::optional<LoraOptions> lora_;
+};
+
+// The LoRA adapter of one linear layer: A [r, in], B [out, r]; undefined
+// when the layer has none.
+struct LoraAdapter {
+  Tensor a, b;
+  bool defined() const { return a.defined(); }
+};
+
+// The adapters of one decoder layer, and (on the weights side) their scale s.
+struct LayerAdapters {
+  LoraAdapter q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  float scale = 0;
 };
 
 // Named views of one decoder layer's tensors (biases and q/k norms undefined
 // when the architecture has none).
+// With LoRA, `lora` holds the adapters; the gradients of a LoRA run leave
+// every base tensor undefined (frozen) and bind only the adapters.
 struct LayerWeights {
   Tensor input_norm, q_proj, q_bias, k_proj, k_bias, v_proj, v_bias, o_proj;
   Tensor q_norm, k_norm, post_norm, gate_proj, up_proj, down_proj;
+  LayerAdapters lora;
 };
 
 // Named views of a whole model: embedding, layers, final norm, LM head (the
@@ -87,7 +119,8 @@ struct ModelTensors {
   Tensor lm_head;
 };
 
-// Binds the views of `store` by name. CHECK-fails on a store that does not
+// Binds the views of `store` by name (for an adapter store, only the
+// adapters: lora_store.h). CHECK-fails on a store that does not
 // match its config (a programming error).
 ModelTensors BindModelTensors(const ParameterStore& store);
 
