@@ -121,7 +121,12 @@ std::string JobDetails(const v1::Job& job) {
   t.AddRow({"name:", job.name()});
   t.AddRow({"state:", StateName(job.state())});
   t.AddRow({"reason:", job.reason()});
-  t.AddRow({"attempt:", absl::StrCat(job.attempt(), " (max restarts ", job.max_restarts(), ")")});
+  t.AddRow({"attempt:", absl::StrCat(job.attempt(), " (max restarts ", job.max_restarts(),
+                                     job.preemptions() > 0
+                                         ? absl::StrCat("; preempted ", job.preemptions(),
+                                                        job.preemptions() == 1 ? " time" : " times")
+                                         : std::string(),
+                                     ")")});
   t.AddRow({"workers:", job.worker_ids().empty()
                             ? std::string("-")
                             : absl::StrCat(absl::StrJoin(job.worker_ids(), ", "), " (world size ",

@@ -212,9 +212,6 @@ absl::Status Coordinator::Impl::StartMetrics() {
   return absl::OkStatus();
 }
 
-// How often the TLS certificate files are checked for a rotation.
-constexpr unsigned int kCertificateRefreshSeconds = 60;
-
 absl::Status Coordinator::Impl::StartServer() {
   ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options.listen, "listen"));
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
@@ -225,7 +222,8 @@ absl::Status Coordinator::Impl::StartServer() {
     ASSIGN_OR_RETURN(std::string cert, ReadFile(options.tls_cert_path, "TLS certificate"));
     ASSIGN_OR_RETURN(std::string key, ReadFile(options.tls_key_path, "TLS key"));
     auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-        options.tls_key_path, options.tls_cert_path, kCertificateRefreshSeconds);
+        options.tls_key_path, options.tls_cert_path,
+        static_cast<unsigned int>(options.tls_refresh_seconds));
     grpc::experimental::TlsServerCredentialsOptions tls(provider);
     tls.watch_identity_key_cert_pairs();
     tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
@@ -313,6 +311,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     return absl::InvalidArgumentError(
         absl::StrCat("stall_seconds: must be at least 1 (got ", options.stall_seconds, ")"));
   }
+  if (options.preemption_grace_seconds < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("preemption_grace_seconds: must be at least 1 (got ",
+                     options.preemption_grace_seconds, ")"));
+  }
   if (options.max_streams_per_connection < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_streams_per_connection: must be at least 1 (got ",
@@ -333,6 +336,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   JobManagerOptions manager_options;
   manager_options.lease = absl::Seconds(options.lease_seconds);
   manager_options.stall = absl::Seconds(options.stall_seconds);
+  manager_options.preemption_grace = absl::Seconds(options.preemption_grace_seconds);
   manager_options.work_dir = options.work_dir;
   manager_options.identities = impl->identities;
   manager_options.shared_dir = options.shared_dir;

@@ -24,7 +24,12 @@ struct CoordinatorOptions {
   std::string client_token, worker_token;
   bool insecure = false;
   std::string tls_cert_path, tls_key_path;  // both or neither
+  // How often the TLS files are checked for a rotated certificate.
+  int tls_refresh_seconds = 60;
   int lease_seconds = 15, stall_seconds = 600;
+  // How long a preempted attempt has to checkpoint and stop before it is
+  // ended anyway (server/job_manager_preemption.cc).
+  int preemption_grace_seconds = 60;
   // Where relative model paths of job specs resolve for memory planning at
   // submit (as workers resolve them under their --work-dir); "": not resolved.
   std::string work_dir;

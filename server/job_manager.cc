@@ -64,14 +64,21 @@ absl::Status JobManager::Load() {
       live.active_at = now;
       live.succeeded.assign(job.world_size, false);
       live.current_bytes.assign(job.world_size, 0);
+      live.stopped.assign(job.world_size, false);
       ASSIGN_OR_RETURN(std::vector<AssignmentRecord> ranks,
                        store_->Assignments(job.id, job.attempt));
       for (const AssignmentRecord& a : ranks) {
-        if (a.rank >= 0 && a.rank < job.world_size && a.outcome == "SUCCEEDED") {
-          live.succeeded[a.rank] = true;
-        }
+        if (a.rank < 0 || a.rank >= job.world_size) continue;
+        if (a.outcome == "SUCCEEDED") live.succeeded[a.rank] = true;
+        if (a.outcome == "PREEMPTED") live.stopped[a.rank] = true;
       }
       live_.emplace(job.id, std::move(live));
+      SyncLive(job);
+      // A preemption under way goes on; its workers get a lease to call in
+      // again before the grace may end it.
+      if (!job.preempted_by.empty()) {
+        live_[job.id].preempt_deadline = std::max(job.preempt_deadline, now + options_.lease);
+      }
       rendezvous_->OpenScope(Scope(job.id, job.attempt));
     }
   }
@@ -164,9 +171,11 @@ void JobManager::AddMessage(JobRecord& job, Change& change, std::string message)
 void JobManager::FailAttempt(JobRecord& job, Change& change, FailureClass failure,
                              absl::string_view detail) {
   if (failure == FailureClass::kUnspecified) failure = FailureClass::kInternal;
-  FailureDecision decision =
-      DecideOnFailure(failure, job.attempt, job.max_restarts, detail, job.last_checkpoint);
+  FailureDecision decision = DecideOnFailure(failure, job.attempt, job.max_restarts, detail,
+                                             job.last_checkpoint, job.preemptions);
   job.failure_class = failure;
+  job.preempted_by.clear();  // a failure ends a preemption under way too
+  job.preempt_deadline = absl::UnixEpoch();
   if (decision.next != JobState::kRetrying) {
     AddTransition(job, change, JobState::kFailed, std::move(decision.reason));
     return;
@@ -239,6 +248,7 @@ absl::Status JobManager::Save(JobRecord& job, JobState before, Change change) {
       live_[job.id] = std::move(fresh);
       rendezvous_->OpenScope(Scope(job.id, job.attempt));
     }
+    SyncLive(job);
   } else if (live != live_.end()) {
     rendezvous_->DropScope(Scope(job.id, live->second.attempt));
     live_.erase(live);
@@ -246,6 +256,7 @@ absl::Status JobManager::Save(JobRecord& job, JobState before, Change change) {
   }
   if (IsTerminal(job.state)) metrics_->RemoveJob(job.id);
   if (change.restarted) metrics_->CountRestart();
+  if (change.preempted) metrics_->CountPreemption();
   hub_->Publish(job);
   return absl::OkStatus();
 }

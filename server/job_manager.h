@@ -49,6 +49,10 @@ struct JobManagerOptions {
   absl::Duration lease = absl::Seconds(15);
   absl::Duration stall = absl::Seconds(600);
   absl::Duration schedule_interval = absl::Seconds(1);  // timer pass of the scheduler
+  // How long a preempted attempt has to checkpoint at its next step boundary
+  // and stop; after that it is ended anyway (and resumes from its last
+  // checkpoint).
+  absl::Duration preemption_grace = absl::Seconds(60);
   // Relative model paths of job specs resolve here for memory planning at
   // submit; "" leaves them unresolved (see server/admission.h).
   std::string work_dir;
@@ -109,7 +113,14 @@ struct Registration {
 
 struct HeartbeatResult {
   bool registered = false;
-  std::vector<AttemptKey> stop_attempts;  // attempts it holds that are over
+  std::vector<AttemptKey> stop_attempts;        // attempts it holds that are over
+  std::vector<AttemptKey> checkpoint_attempts;  // preempted: checkpoint and stop
+};
+
+// The coordinator's answer to a progress report.
+struct ProgressAnswer {
+  bool cancel_requested = false;
+  bool checkpoint_and_stop = false;  // preempted: checkpoint at the next step, then stop
 };
 
 struct AssignmentView {
@@ -132,7 +143,14 @@ struct ProgressReport {
   std::string message;
 };
 
-enum class Outcome { kUnspecified = 0, kSucceeded = 1, kFailed = 2, kCancelled = 3 };
+// kPreempted: stopped at a step boundary with a checkpoint, as asked.
+enum class Outcome {
+  kUnspecified = 0,
+  kSucceeded = 1,
+  kFailed = 2,
+  kCancelled = 3,
+  kPreempted = 4
+};
 
 struct FinishReport {
   std::string worker_id;
@@ -182,8 +200,8 @@ class JobManager {
   // polled while waiting (the client went away).
   absl::StatusOr<std::optional<AssignmentView>> GetAssignment(
       const std::string& worker_id, absl::Duration wait, const std::function<bool()>& cancelled);
-  // Returns whether the job was cancelled (the worker should stop).
-  absl::StatusOr<bool> ReportProgress(const ProgressReport& report);
+  // Says whether the job was cancelled or preempted (the worker should stop).
+  absl::StatusOr<ProgressAnswer> ReportProgress(const ProgressReport& report);
   absl::Status Finish(const FinishReport& report);
   // OK when `scope` is "<job>/<attempt>" of an attempt that is SCHEDULED or
   // RUNNING; NotFound for an unknown job, Aborted for an attempt that is over.
@@ -218,7 +236,14 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct LiveAttempt {  // a SCHEDULED or RUNNING job
     int attempt = 0;
-    std::string owner;                   // whose quota its workers count against
+    int64_t seq = 0;
+    int priority = 0;
+    std::vector<std::string> worker_ids;  // by rank
+    std::string owner;                    // whose quota its workers count against
+    // A preemption on its way (JobRecord::preempted_by) and its deadline.
+    std::string preempted_by;
+    absl::Time preempt_deadline;
+    std::vector<bool> stopped;           // by rank: checkpointed and stopped for the preemption
     absl::Time active_at;                // stall clock
     std::vector<bool> succeeded;         // by rank
     std::vector<int64_t> current_bytes;  // by rank, latest report
@@ -228,6 +253,7 @@ class JobManager {
   struct Change {
     bool insert = false;
     bool restarted = false;  // counts in sbp_job_restarts_total once committed
+    bool preempted = false;  // counts in sbp_job_preemptions_total once committed
     std::vector<JobEventRecord> events;
     std::vector<AssignmentRecord> new_assignments;
     std::vector<AssignmentRecord> updated_assignments;
@@ -253,6 +279,18 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void RunScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Preemption (job_manager_preemption.cc): the live attempts as the
+  // scheduler sees them; asking victims to checkpoint and stop; moving a
+  // preempted attempt's job back to PENDING (not a restart); ending the
+  // attempts whose grace ran out.
+  std::vector<RunningJob> RunningJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartPreemptions(const std::vector<Preemption>& preemptions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompletePreemption(JobRecord& job, Change& change, absl::string_view how)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ExpirePreemptions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies what the live attempt mirrors of `job` (preemption, placement).
+  void SyncLive(const JobRecord& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status MarkLost(WorkerEntry& worker, absl::string_view why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lets go of the worker's assignments whose attempts are over; true when any.

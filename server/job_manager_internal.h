@@ -37,9 +37,10 @@ inline std::string Scope(absl::string_view job_id, int attempt) {
 }
 
 inline SchedulerJob ToSchedulerJob(const JobRecord& job) {
-  return SchedulerJob{job.id,         job.seq,    job.priority,
-                      job.world_size, job.device, job.required_memory_bytes,
-                      job.owner};
+  return SchedulerJob{job.id,       job.seq,
+                      job.priority, job.world_size,
+                      job.device,   job.required_memory_bytes,
+                      job.owner,    job.state == JobState::kPending ? job.preempted_by : ""};
 }
 
 inline absl::string_view OutcomeName(Outcome outcome) {
@@ -50,6 +51,8 @@ inline absl::string_view OutcomeName(Outcome outcome) {
       return "FAILED";
     case Outcome::kCancelled:
       return "CANCELLED";
+    case Outcome::kPreempted:
+      return "PREEMPTED";
     case Outcome::kUnspecified:
       break;
   }

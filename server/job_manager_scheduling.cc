@@ -64,7 +64,7 @@ void JobManager::RunScheduler() {
     workers.push_back({w->record.id, w->record.device, w->record.memory_bytes,
                        w->confirmed && w->active.empty() && !w->finishing.has_value()});
   }
-  ScheduleResult result = Schedule(std::move(jobs), workers, CurrentLimits());
+  ScheduleResult result = Schedule(std::move(jobs), workers, CurrentLimits(), RunningJobs());
   absl::flat_hash_map<WaitCause, int> causes;
   for (const WaitingJob& waiting : result.waiting) ++causes[waiting.cause];
   for (WaitCause cause : kAllWaitCauses) {
@@ -82,6 +82,8 @@ void JobManager::RunScheduler() {
     Change change;
     ++job.attempt;
     job.worker_ids = placement.worker_ids;
+    job.preempted_by.clear();
+    job.preempt_deadline = absl::UnixEpoch();
     job.progress.peak_bytes = 0;
     job.progress.current_bytes = 0;
     job.active_at = now;
@@ -101,6 +103,7 @@ void JobManager::RunScheduler() {
               << absl::StrJoin(placement.worker_ids, ", ");
   }
   if (!result.placements.empty()) assigned_.SignalAll();
+  StartPreemptions(result.preemptions);
 
   // Pending reasons: write only the ones that changed, in one transaction.
   std::vector<JobRecord> changed;
@@ -195,6 +198,7 @@ void JobManager::Tick() {
     LOG(WARNING) << "job " << id << " stalled: " << job->reason;
     changed = true;
   }
+  if (ExpirePreemptions()) changed = true;
   if (changed || now - last_schedule_ >= options_.schedule_interval) RunScheduler();
   UpdateGauges();
 }

@@ -140,7 +140,11 @@ absl::StatusOr<HeartbeatResult> JobManager::Heartbeat(const std::string& worker_
   }
   result.registered = true;
   for (const AssignmentRecord& a : w.active) {
-    if (!IsLive(a)) result.stop_attempts.push_back({a.job_id, a.attempt});
+    if (!IsLive(a)) {
+      result.stop_attempts.push_back({a.job_id, a.attempt});
+    } else if (!live_[a.job_id].preempted_by.empty()) {
+      result.checkpoint_attempts.push_back({a.job_id, a.attempt});
+    }
   }
   const bool was_finishing = w.finishing.has_value();
   NoteRunning(w, running);
@@ -174,7 +178,7 @@ absl::StatusOr<std::optional<AssignmentView>> JobManager::GetAssignment(
   }
 }
 
-absl::StatusOr<bool> JobManager::ReportProgress(const ProgressReport& report) {
+absl::StatusOr<ProgressAnswer> JobManager::ReportProgress(const ProgressReport& report) {
   if (report.job_id.empty()) return InvalidField("job_id", "is required");
   if (report.attempt < 1) {
     return InvalidField("attempt", absl::StrCat("must be at least 1 (got ", report.attempt, ")"));
@@ -199,13 +203,14 @@ absl::StatusOr<bool> JobManager::ReportProgress(const ProgressReport& report) {
                                            report.rank, " of job ", job.id, " attempt ",
                                            report.attempt));
   }
-  if (job.state == JobState::kCancelled) return true;
+  if (job.state == JobState::kCancelled) return ProgressAnswer{true, false};
   auto live = live_.find(job.id);
   if (live == live_.end()) {
     return absl::AbortedError(absl::StrCat("attempt ", report.attempt, " of job ", job.id,
                                            " is over (the job is ", JobStateName(job.state), ")"));
   }
   LiveAttempt& attempt = live->second;
+  const ProgressAnswer answer{false, !attempt.preempted_by.empty()};
   const absl::Time now = absl::Now();
   attempt.active_at = now;
   if (report.rank >= 0 && report.rank < static_cast<int>(attempt.current_bytes.size())) {
@@ -216,7 +221,7 @@ absl::StatusOr<bool> JobManager::ReportProgress(const ProgressReport& report) {
   const bool lead = report.rank == 0;
   if (!lead && !peak_rose && report.checkpoint.empty() && report.message.empty() &&
       job.state == JobState::kRunning) {
-    return false;  // nothing visible changed: no write
+    return answer;  // nothing visible changed: no write
   }
 
   const JobState before = job.state;
@@ -249,14 +254,15 @@ absl::StatusOr<bool> JobManager::ReportProgress(const ProgressReport& report) {
   metrics_->SetJobProgress(job.id, static_cast<double>(job.progress.step),
                            job.progress.tokens_per_second,
                            static_cast<double>(job.progress.peak_bytes));
-  return false;
+  return answer;
 }
 
 absl::Status JobManager::Finish(const FinishReport& report) {
   if (report.job_id.empty()) return InvalidField("job_id", "is required");
   if (report.outcome == Outcome::kUnspecified) {
     return InvalidField("outcome",
-                        "must be OUTCOME_SUCCEEDED, OUTCOME_FAILED or OUTCOME_CANCELLED");
+                        "must be OUTCOME_SUCCEEDED, OUTCOME_FAILED, OUTCOME_CANCELLED or "
+                        "OUTCOME_PREEMPTED");
   }
   if (report.message.size() > kMaxTextLength) {
     return InvalidField("message", absl::StrCat("must be at most ", kMaxTextLength, " bytes"));
@@ -309,16 +315,32 @@ absl::Status JobManager::Finish(const FinishReport& report) {
       AddTransition(job, change, JobState::kCancelled, absl::StrCat(who, " cancelled", detail));
       break;
     case Outcome::kSucceeded:
+    case Outcome::kPreempted:
     case Outcome::kUnspecified: {
+      // Every rank of a preempted attempt stops at the same step (the
+      // trainer's ranks agree on it), rank 0 having committed the checkpoint.
       LiveAttempt& attempt = live->second;
       if (report.rank >= 0 && report.rank < static_cast<int>(attempt.succeeded.size())) {
-        attempt.succeeded[report.rank] = true;
+        (report.outcome == Outcome::kPreempted ? attempt.stopped : attempt.succeeded)[report.rank] =
+            true;
       }
-      const bool all =
-          std::all_of(attempt.succeeded.begin(), attempt.succeeded.end(), [](bool b) { return b; });
+      bool all = true, stopped = false;
+      for (size_t r = 0; r < attempt.succeeded.size(); ++r) {
+        all = all && (attempt.succeeded[r] || attempt.stopped[r]);
+        stopped = stopped || attempt.stopped[r];
+      }
       if (!all) {
         RETURN_IF_ERROR(SaveAssignments({done}));
         return absl::OkStatus();
+      }
+      if (stopped) {
+        CompletePreemption(
+            job, change,
+            absl::StrCat("attempt ", job.attempt, " stopped after step ", job.progress.step,
+                         job.last_checkpoint.empty()
+                             ? std::string(" before its first checkpoint; it starts over")
+                             : absl::StrCat("; it resumes from checkpoint ", job.last_checkpoint)));
+        break;
       }
       if (job.state == JobState::kScheduled) {
         AddTransition(

@@ -83,9 +83,9 @@ bool IsTransitionAllowed(JobState from, JobState to) {
     case S::kPending:
       return to == S::kScheduled;
     case S::kScheduled:
-      return to == S::kRunning || to == S::kRetrying || to == S::kFailed;
+      return to == S::kRunning || to == S::kRetrying || to == S::kFailed || to == S::kPending;
     case S::kRunning:
-      return to == S::kSucceeded || to == S::kFailed || to == S::kRetrying;
+      return to == S::kSucceeded || to == S::kFailed || to == S::kRetrying || to == S::kPending;
     case S::kRetrying:
       return to == S::kPending || to == S::kFailed;
     case S::kSucceeded:
@@ -108,7 +108,8 @@ bool IsRetryable(FailureClass failure) {
 }
 
 FailureDecision DecideOnFailure(FailureClass failure, int attempt, int max_restarts,
-                                absl::string_view detail, absl::string_view last_checkpoint) {
+                                absl::string_view detail, absl::string_view last_checkpoint,
+                                int preemptions) {
   FailureDecision decision;
   const std::string head = absl::StrCat("attempt ", attempt, " failed: ", detail);
   switch (failure) {
@@ -131,7 +132,7 @@ FailureDecision DecideOnFailure(FailureClass failure, int attempt, int max_resta
     default:
       break;
   }
-  const int restarts_used = attempt - 1;
+  const int restarts_used = attempt - 1 - preemptions;
   if (restarts_used >= max_restarts) {
     decision.reason = absl::StrCat(head, "; no restarts left (max_restarts: ", max_restarts,
                                    "); raise max_restarts to retry more often");

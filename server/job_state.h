@@ -3,6 +3,7 @@
 //   PENDING -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
 //   SCHEDULED | RUNNING -> RETRYING -> PENDING   (restarts left)
 //   SCHEDULED | RUNNING -> FAILED                (not retryable, or no restarts left)
+//   SCHEDULED | RUNNING -> PENDING               (preempted: checkpointed, waits to resume)
 //   PENDING | SCHEDULED | RUNNING | RETRYING -> CANCELLED
 //
 // Values equal those of streambp.v1.JobState / FailureClass.
@@ -64,7 +65,10 @@ struct FailureDecision {
   std::string reason;                 // says why, and for kFailed what to change
 };
 // `detail` describes the failure ("worker w-1 (rank 0) lost: no heartbeat for 15 s").
+// `preemptions`: attempts so far that ended by preemption, which are not
+// restarts.
 FailureDecision DecideOnFailure(FailureClass failure, int attempt, int max_restarts,
-                                absl::string_view detail, absl::string_view last_checkpoint);
+                                absl::string_view detail, absl::string_view last_checkpoint,
+                                int preemptions = 0);
 
 }  // namespace sbp::server

@@ -5,8 +5,11 @@
 //   --client-token-file FILE    bearer token for JobService (default: open)
 //   --worker-token-file FILE    bearer token for WorkerService/RendezvousService (default: open)
 //   --tls-cert FILE --tls-key FILE   serve TLS (both or neither)
+//   --tls-refresh-seconds N          re-read them this often (a rotated certificate)
 //   --lease-seconds N           worker lease (default 15)
 //   --stall-seconds N           fail an attempt without progress for N s (default 600)
+//   --preemption-grace N        a preempted attempt checkpoints and stops within N s,
+//                               else it is ended anyway (default 60)
 //   --work-dir DIR              relative model paths of job specs resolve here for
 //                               memory planning at submit (default: not resolved)
 //   --max-threads N             gRPC handler threads (default 256); a quarter may
@@ -80,6 +83,10 @@ int Run(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--tls-key", options.tls_key_path, "PEM private key for TLS")
       ->check(CLI::ExistingFile);
+  app.add_option("--tls-refresh-seconds", options.tls_refresh_seconds,
+                 "How often the TLS files are re-read, so that a rotated certificate is served")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   app.add_option("--lease-seconds", options.lease_seconds,
                  "A worker without a heartbeat for this long is lost")
       ->capture_default_str()
@@ -88,6 +95,11 @@ int Run(int argc, char** argv) {
                  "A running attempt without progress for this long is failed and retried")
       ->capture_default_str()
       ->check(CLI::Range(1, 7 * 86400));
+  app.add_option("--preemption-grace", options.preemption_grace_seconds,
+                 "Seconds a preempted attempt has to checkpoint at its next step boundary and "
+                 "stop; after that it is ended anyway and resumes from its last checkpoint")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   app.add_option("--work-dir", options.work_dir,
                  "The workers' shared directory, as their --work-dir: every job path must be "
                  "relative and resolve inside it (run directories in <work-dir>/<user>/ with "

@@ -32,6 +32,12 @@ Metrics::Metrics()
                     .Help("Job attempts restarted after a retryable failure")
                     .Register(*registry_)
                     .Add({})),
+      preemptions_(BuildCounter()
+                       .Name("sbp_job_preemptions_total")
+                       .Help("Job attempts preempted by higher-priority jobs (checkpointed and "
+                             "stopped; not restarts)")
+                       .Register(*registry_)
+                       .Add({})),
       requests_(BuildCounter()
                     .Name("sbp_grpc_requests_total")
                     .Help("gRPC requests handled, by method and status code")
@@ -55,7 +61,7 @@ Metrics::Metrics()
       pending_(BuildGauge()
                    .Name("sbp_jobs_pending")
                    .Help("Pending jobs by why they wait: no_workers, too_few_fitting_workers "
-                         "(no registered worker has the memory), workers_busy")
+                         "(no registered worker has the memory), workers_busy, quota, preempting")
                    .Register(*registry_)) {
   for (JobState state : kAllJobStates) {
     jobs_.Add({{"state", absl::AsciiStrToLower(JobStateName(state))}}).Set(0);
@@ -81,6 +87,8 @@ void Metrics::SetWorkerCounts(double idle, double busy, double lost) {
 }
 
 void Metrics::CountRestart() { restarts_.Increment(); }
+
+void Metrics::CountPreemption() { preemptions_.Increment(); }
 
 void Metrics::CountRequest(absl::string_view method, absl::string_view code) {
   requests_.Add({{"method", std::string(method)}, {"code", std::string(code)}}).Increment();

@@ -3,12 +3,14 @@
 //   sbp_job_queue_wait_seconds         histogram, PENDING -> RUNNING
 //   sbp_workers{state}                 gauge, idle / busy / lost
 //   sbp_job_restarts_total             counter, attempts restarted
+//   sbp_job_preemptions_total          counter, attempts preempted (not restarts)
 //   sbp_grpc_requests_total{method,code}
 //   sbp_job_progress_step{job}, sbp_job_tokens_per_second{job},
 //   sbp_job_peak_bytes{job}            gauges, only while the job is not terminal
 //   sbp_worker_heartbeat_age_seconds{worker}  gauge, only for live workers
 //   sbp_jobs_pending{cause}            gauge, pending jobs by why they wait
-//                                      (no_workers, too_few_fitting_workers, workers_busy)
+//                                      (no_workers, too_few_fitting_workers, workers_busy,
+//                                      quota, preempting)
 // Every method is thread-safe.
 #pragma once
 
@@ -37,6 +39,7 @@ class Metrics {
   void ObserveQueueWait(double seconds);
   void SetWorkerCounts(double idle, double busy, double lost);
   void CountRestart();
+  void CountPreemption();
   void CountRequest(absl::string_view method, absl::string_view code);
   void SetJobProgress(const std::string& job_id, double step, double tokens_per_second,
                       double peak_bytes);
@@ -57,6 +60,7 @@ class Metrics {
   prometheus::Histogram& queue_wait_;
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Counter& restarts_;
+  prometheus::Counter& preemptions_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Gauge>& job_step_;
   prometheus::Family<prometheus::Gauge>& job_tokens_per_second_;

@@ -23,6 +23,7 @@ absl::Time GetTime(const google::protobuf::Timestamp& t) {
 
 void ToProto(const JobRecord& job, v1::Job* out) {
   out->set_owner(job.owner);
+  out->set_preemptions(job.preemptions);
   out->set_id(job.id);
   out->set_name(job.name);
   out->set_spec_yaml(job.spec_yaml);
@@ -131,7 +132,7 @@ FailureClass FromProto(v1::FailureClass failure) {
 
 Outcome FromProto(v1::Outcome outcome) {
   const int value = static_cast<int>(outcome);
-  return value >= 1 && value <= 3 ? static_cast<Outcome>(value) : Outcome::kUnspecified;
+  return value >= 1 && value <= 4 ? static_cast<Outcome>(value) : Outcome::kUnspecified;
 }
 
 }  // namespace sbp::server

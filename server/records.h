@@ -58,6 +58,13 @@ struct JobRecord {
   absl::Time finished_at = absl::UnixEpoch();  // terminal
   absl::Time active_at = absl::UnixEpoch();    // latest schedule or progress (stall clock)
   std::string owner;                           // the identity that submitted it ("" before tenancy)
+  // Preemption. While the job runs, `preempted_by` names the pending job it
+  // was asked to checkpoint and stop for, until `preempt_deadline` (the
+  // grace); while it waits again, the job that preempted it. `preemptions`
+  // counts the attempts preempted (not restarts: max_restarts ignores them).
+  int preemptions = 0;
+  std::string preempted_by;
+  absl::Time preempt_deadline = absl::UnixEpoch();
   bool operator==(const JobRecord&) const = default;
 };
 

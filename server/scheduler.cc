@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
@@ -69,6 +70,69 @@ std::vector<SchedulerJob> FairShareOrder(std::vector<SchedulerJob> jobs,
   return out;
 }
 
+std::string Jobs(size_t n) { return n == 1 ? "job" : "jobs"; }
+
+// How many of `r`'s workers `job` could use.
+int64_t FittingWorkers(const RunningJob& r, const SchedulerJob& job,
+                       const std::vector<SchedulerWorker>& workers,
+                       const absl::flat_hash_map<std::string, size_t>& worker_index) {
+  int64_t n = 0;
+  for (const std::string& id : r.worker_ids) {
+    auto it = worker_index.find(id);
+    if (it == worker_index.end()) continue;  // lost: frees nothing
+    const SchedulerWorker& w = workers[it->second];
+    n += w.device == job.device && w.memory_bytes >= job.memory_bytes;
+  }
+  return n;
+}
+
+// For `job`, which finds `idle` of the workers it needs idle: counts the
+// workers already being freed for it and, when those are too few, asks
+// running jobs of strictly lower priority to stop (adding to `result` and
+// `preempted`). Returns whether the job waits on preemptions, with
+// `reason` extended to say which.
+bool Preempt(const SchedulerJob& job, int64_t idle, const std::vector<SchedulerWorker>& workers,
+             const absl::flat_hash_map<std::string, size_t>& worker_index,
+             const std::vector<RunningJob>& running, absl::flat_hash_set<std::string>& preempted,
+             ScheduleResult& result, std::string& reason) {
+  std::vector<std::string> on_the_way;
+  int64_t freeing = 0;
+  std::vector<VictimCandidate> candidates;
+  std::vector<const RunningJob*> candidate_jobs;
+  for (const RunningJob& r : running) {
+    if (r.preempted_by == job.id) {
+      on_the_way.push_back(r.id);
+      freeing += FittingWorkers(r, job, workers, worker_index);
+      continue;
+    }
+    if (preempted.contains(r.id) || r.priority >= job.priority) continue;
+    const int64_t fitting = FittingWorkers(r, job, workers, worker_index);
+    if (fitting == 0) continue;
+    candidates.push_back({r.priority, r.seq, fitting});
+    candidate_jobs.push_back(&r);
+  }
+  const std::vector<size_t> chosen = ChooseVictims(candidates, job.world_size - idle - freeing);
+  if (chosen.empty() && on_the_way.empty()) return false;
+  if (!on_the_way.empty()) {
+    absl::StrAppend(&reason, "; waiting for ", absl::StrJoin(on_the_way, ", "),
+                    " to checkpoint and stop (preempted for this job)");
+  }
+  if (!chosen.empty()) {
+    Preemption preemption{job.id, {}};
+    std::vector<std::string> named;
+    for (size_t i : chosen) {
+      const RunningJob& victim = *candidate_jobs[i];
+      preemption.victim_ids.push_back(victim.id);
+      named.push_back(absl::StrCat(victim.id, " (priority ", victim.priority, ")"));
+      preempted.insert(victim.id);
+    }
+    absl::StrAppend(&reason, "; preempting lower-priority ", Jobs(named.size()), " ",
+                    absl::StrJoin(named, ", "));
+    result.preemptions.push_back(std::move(preemption));
+  }
+  return true;
+}
+
 }  // namespace
 
 const char* WaitCauseName(WaitCause cause) {
@@ -81,12 +145,14 @@ const char* WaitCauseName(WaitCause cause) {
       return "workers_busy";
     case WaitCause::kQuota:
       return "quota";
+    case WaitCause::kPreempting:
+      return "preempting";
   }
   return "unknown";
 }
 
 ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<SchedulerWorker>& workers,
-                        const ScheduleLimits& limits) {
+                        const ScheduleLimits& limits, const std::vector<RunningJob>& running) {
   std::stable_sort(jobs.begin(), jobs.end(), [](const SchedulerJob& a, const SchedulerJob& b) {
     if (a.priority != b.priority) return a.priority > b.priority;
     return a.seq < b.seq;
@@ -102,6 +168,18 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<Schedu
   std::vector<bool> free(workers.size());
   for (size_t i = 0; i < workers.size(); ++i) free[i] = workers[i].idle;
   absl::flat_hash_map<size_t, std::string> held_for;  // worker index -> job holding it
+  absl::flat_hash_map<std::string, size_t> worker_index;
+  for (size_t i = 0; i < workers.size(); ++i) worker_index[workers[i].id] = i;
+  // Running jobs already asked to stop (before or in this pass).
+  absl::flat_hash_set<std::string> preempted;
+  for (const RunningJob& r : running) {
+    if (!r.preempted_by.empty()) preempted.insert(r.id);
+  }
+
+  absl::flat_hash_map<std::string, std::string> preempted_by;
+  for (const SchedulerJob& job : jobs) {
+    if (!job.preempted_by.empty()) preempted_by[job.id] = job.preempted_by;
+  }
 
   ScheduleResult result;
   for (const SchedulerJob& job : jobs) {
@@ -176,6 +254,10 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<Schedu
                             busy, " busy, ", too_small, " too small");
       if (held > 0) absl::StrAppend(&reason, ", ", held, " held for earlier job ", holder);
       absl::StrAppend(&reason, ")", FitsClause(fitting, too_small));
+      if (Preempt(job, static_cast<int64_t>(candidates.size()), workers, worker_index, running,
+                  preempted, result, reason)) {
+        cause = WaitCause::kPreempting;
+      }
       // The job fits the cluster: keep the idle workers it could use for it.
       for (size_t i : candidates) {
         free[i] = false;
@@ -183,6 +265,12 @@ ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<Schedu
       }
     }
     result.waiting.push_back({job.id, cause, std::move(reason)});
+  }
+  // A job that lost its workers to a preemption says so while it waits.
+  for (WaitingJob& waiting : result.waiting) {
+    if (auto by = preempted_by.find(waiting.job_id); by != preempted_by.end()) {
+      waiting.reason = absl::StrCat("preempted by ", by->second, "; ", waiting.reason);
+    }
   }
   return result;
 }

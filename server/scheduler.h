@@ -4,7 +4,10 @@
 // job's per-worker requirement. A job that fits the cluster but not the idle
 // workers holds the idle workers it could use, so later jobs cannot starve
 // it; a job that can never fit the registered workers holds nothing. Every
-// job left waiting gets a reason a user can act on.
+// job left waiting gets a reason a user can act on. A job that fits the
+// cluster but not the idle workers may preempt running jobs of strictly
+// lower priority (server/preemption.h), never to get around its owner's
+// quota.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "kernels/dtype.h"
+#include "server/preemption.h"
 
 namespace sbp::server {
 
@@ -24,6 +28,8 @@ struct SchedulerJob {
   DeviceKind device = DeviceKind::kCpu;
   int64_t memory_bytes = 0;  // per worker; 0: any
   std::string owner;         // the identity that submitted it
+  // The job that preempted it last ("" when none): its waiting reason says so.
+  std::string preempted_by;
 };
 
 // What the users already hold and may hold (their quotas).
@@ -51,10 +57,12 @@ enum class WaitCause {
   kTooFewFitting,  // fewer registered workers with enough memory than it needs
   kWorkersBusy,    // enough fitting workers, not enough of them idle
   kQuota,          // its owner already runs as many workers as their quota allows
+  kPreempting,     // lower-priority jobs are checkpointing to free workers for it
 };
 inline constexpr WaitCause kAllWaitCauses[] = {WaitCause::kNoWorkers, WaitCause::kTooFewFitting,
-                                               WaitCause::kWorkersBusy, WaitCause::kQuota};
-// "no_workers", "too_few_fitting_workers", "workers_busy", "quota".
+                                               WaitCause::kWorkersBusy, WaitCause::kQuota,
+                                               WaitCause::kPreempting};
+// "no_workers", "too_few_fitting_workers", "workers_busy", "quota", "preempting".
 const char* WaitCauseName(WaitCause cause);
 
 struct WaitingJob {
@@ -65,8 +73,9 @@ struct WaitingJob {
 };
 
 struct ScheduleResult {
-  std::vector<Placement> placements;  // in scheduling order
-  std::vector<WaitingJob> waiting;    // in scheduling order
+  std::vector<Placement> placements;    // in scheduling order
+  std::vector<WaitingJob> waiting;      // in scheduling order
+  std::vector<Preemption> preemptions;  // new ones only, in scheduling order
 };
 
 // Jobs go by priority; among equal priorities the owner holding the fewest
@@ -74,7 +83,15 @@ struct ScheduleResult {
 // would exceed their max_workers waits ("quota: alice runs 8 of 8 workers")
 // without holding workers for itself. Workers are chosen smallest memory
 // first (keeping large ones for large jobs), ties in the order given.
+//
+// A job within its quota that fits the cluster but finds too few idle
+// workers may preempt `running` jobs of strictly lower priority whose
+// workers it could use (ChooseVictims picks them); it then waits with cause
+// kPreempting until they have checkpointed and stopped. A job that already
+// has preemptions on its way preempts more only when those do not free
+// enough workers; a job being preempted is never chosen again.
 ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<SchedulerWorker>& workers,
-                        const ScheduleLimits& limits = {});
+                        const ScheduleLimits& limits = {},
+                        const std::vector<RunningJob>& running = {});
 
 }  // namespace sbp::server

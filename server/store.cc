@@ -108,6 +108,14 @@ ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 CREATE INDEX jobs_by_owner ON jobs (owner, seq);
 ALTER TABLE workers ADD COLUMN identity TEXT NOT NULL DEFAULT '';
 )sql",
+    // Preemption: attempts preempted so far, and the one in progress (the
+    // job it stops for and until when), so that a restart mid-preemption
+    // carries on with it.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN preempted_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN preempt_deadline_us INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -118,7 +126,8 @@ constexpr char kJobColumns[] =
     "j.world_size, j.device, j.required_memory_bytes, j.request_id, j.revision, "
     "j.failure_class, j.last_checkpoint, j.progress_step, j.progress_json, j.worker_ids, "
     "j.last_event_sequence, j.created_at_us, j.updated_at_us, j.queued_at_us, "
-    "j.started_at_us, j.finished_at_us, j.active_at_us, j.owner";
+    "j.started_at_us, j.finished_at_us, j.active_at_us, j.owner, j.preemptions, j.preempted_by, "
+    "j.preempt_deadline_us";
 constexpr char kSpecColumns[] = ", s.spec_yaml, s.spec_json";
 constexpr char kJobsWithSpecs[] = " FROM jobs j LEFT JOIN job_specs s ON s.seq = j.seq";
 constexpr char kJobsOnly[] = " FROM jobs j";
@@ -224,6 +233,9 @@ absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s, bool with_spec) {
   job.finished_at = FromMicros(s.ColumnInt(c++));
   job.active_at = FromMicros(s.ColumnInt(c++));
   job.owner = s.ColumnText(c++);
+  job.preemptions = static_cast<int>(s.ColumnInt(c++));
+  job.preempted_by = s.ColumnText(c++);
+  job.preempt_deadline = FromMicros(s.ColumnInt(c++));
   if (with_spec) {
     job.spec_yaml = s.ColumnText(c++);
     job.spec_json = s.ColumnText(c++);
@@ -263,6 +275,9 @@ void BindJob(sqlite::Statement& s, const JobRecord& job) {
   s.Bind(i++, ToMicros(job.finished_at));
   s.Bind(i++, ToMicros(job.active_at));
   // The owner is fixed at the submit: InsertJob binds it (?25), UpdateJob never.
+  s.Bind(26, int64_t{job.preemptions});
+  s.Bind(27, job.preempted_by);
+  s.Bind(28, ToMicros(job.preempt_deadline));
 }
 
 AssignmentRecord RowToAssignment(const sqlite::Statement& s) {
@@ -424,9 +439,10 @@ absl::StatusOr<int64_t> Store::InsertJob(const JobRecord& job) {
       "INSERT INTO jobs (id, name, state, reason, attempt, max_restarts, priority, world_size, "
       "device, required_memory_bytes, request_id, revision, failure_class, last_checkpoint, "
       "progress_step, progress_json, worker_ids, last_event_sequence, created_at_us, "
-      "updated_at_us, queued_at_us, started_at_us, finished_at_us, active_at_us, owner) VALUES "
+      "updated_at_us, queued_at_us, started_at_us, finished_at_us, active_at_us, owner, "
+      "preemptions, preempted_by, preempt_deadline_us) VALUES "
       "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-      "?20, ?21, ?22, ?23, ?24, ?25)";
+      "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)";
   // Both rows or neither, inside the caller's transaction or not.
   RETURN_IF_ERROR(db_->Exec("SAVEPOINT insert_job"));
   absl::StatusOr<int64_t> seq = [&]() -> absl::StatusOr<int64_t> {
@@ -461,7 +477,8 @@ absl::Status Store::UpdateJob(const JobRecord& job) {
       "world_size = ?8, device = ?9, required_memory_bytes = ?10, revision = ?12, "
       "failure_class = ?13, last_checkpoint = ?14, progress_step = ?15, progress_json = ?16, "
       "worker_ids = ?17, last_event_sequence = ?18, updated_at_us = ?20, queued_at_us = ?21, "
-      "started_at_us = ?22, finished_at_us = ?23, active_at_us = ?24 WHERE id = ?1";
+      "started_at_us = ?22, finished_at_us = ?23, active_at_us = ?24, preemptions = ?26, "
+      "preempted_by = ?27, preempt_deadline_us = ?28 WHERE id = ?1";
   ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "updating a job"));
   BindJob(*s, job);
   RETURN_IF_ERROR(s->Run());

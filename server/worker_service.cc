@@ -74,6 +74,11 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
           ref->set_job_id(stop.job_id);
           ref->set_attempt(stop.attempt);
         }
+        for (const AttemptKey& preempted : result->checkpoint_attempts) {
+          v1::AttemptRef* ref = response->add_checkpoint_attempts();
+          ref->set_job_id(preempted.job_id);
+          ref->set_attempt(preempted.attempt);
+        }
         return absl::OkStatus();
       });
 }
@@ -114,9 +119,10 @@ grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* context,
                        report.progress = FromProto(request->progress());
                        report.checkpoint = request->checkpoint();
                        report.message = request->message();
-                       absl::StatusOr<bool> cancel = manager_->ReportProgress(report);
-                       if (!cancel.ok()) return cancel.status();
-                       response->set_cancel_requested(*cancel);
+                       absl::StatusOr<ProgressAnswer> answer = manager_->ReportProgress(report);
+                       if (!answer.ok()) return answer.status();
+                       response->set_cancel_requested(answer->cancel_requested);
+                       response->set_checkpoint_and_stop(answer->checkpoint_and_stop);
                        return absl::OkStatus();
                      });
 }

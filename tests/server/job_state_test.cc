@@ -13,11 +13,23 @@ using S = JobState;
 
 TEST(JobStateTest, AllowedTransitionsAreExactlyTheLifecycle) {
   const std::set<std::pair<S, S>> allowed = {
-      {S::kUnspecified, S::kPending}, {S::kPending, S::kScheduled},  {S::kScheduled, S::kRunning},
-      {S::kRunning, S::kSucceeded},   {S::kRunning, S::kFailed},     {S::kScheduled, S::kFailed},
-      {S::kRunning, S::kRetrying},    {S::kScheduled, S::kRetrying}, {S::kRetrying, S::kPending},
-      {S::kRetrying, S::kFailed},     {S::kPending, S::kCancelled},  {S::kScheduled, S::kCancelled},
-      {S::kRunning, S::kCancelled},   {S::kRetrying, S::kCancelled},
+      {S::kUnspecified, S::kPending},
+      {S::kPending, S::kScheduled},
+      {S::kScheduled, S::kRunning},
+      {S::kRunning, S::kSucceeded},
+      {S::kRunning, S::kFailed},
+      {S::kScheduled, S::kFailed},
+      {S::kRunning, S::kRetrying},
+      {S::kScheduled, S::kRetrying},
+      {S::kRetrying, S::kPending},
+      {S::kRetrying, S::kFailed},
+      {S::kPending, S::kCancelled},
+      {S::kScheduled, S::kCancelled},
+      {S::kRunning, S::kCancelled},
+      {S::kRetrying, S::kCancelled},
+      // Preempted: back to waiting, to resume from the checkpoint.
+      {S::kScheduled, S::kPending},
+      {S::kRunning, S::kPending},
   };
   std::vector<S> states(std::begin(kAllJobStates), std::end(kAllJobStates));
   states.push_back(S::kUnspecified);
@@ -79,6 +91,14 @@ TEST(JobStateTest, RetriesWhileRestartsRemain) {
             "attempt 3 failed: boom; no restarts left (max_restarts: 2); raise max_restarts to "
             "retry more often");
   EXPECT_EQ(DecideOnFailure(FailureClass::kLostWorker, 1, 0, "x", "").next, S::kFailed);
+}
+
+TEST(JobStateTest, PreemptedAttemptsAreNotRestarts) {
+  // Attempt 3 after two preemptions is the first restart's worth of failure.
+  FailureDecision d = DecideOnFailure(FailureClass::kLostWorker, 3, 1, "lost", "", 2);
+  EXPECT_EQ(d.next, S::kRetrying);
+  EXPECT_NE(d.reason.find("restart 1 of 1"), std::string::npos) << d.reason;
+  EXPECT_EQ(DecideOnFailure(FailureClass::kLostWorker, 3, 0, "lost", "", 2).next, S::kFailed);
 }
 
 TEST(JobStateTest, OutOfMemoryAndBadInputAreNotRetried) {

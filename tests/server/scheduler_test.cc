@@ -140,3 +140,136 @@ TEST(SchedulerTest, WaitCauses) {
 
 }  // namespace
 }  // namespace sbp::server
+
+namespace sbp::server {
+namespace {
+
+// Preemption: a pending job that fits the cluster but not the idle workers
+// asks running jobs of strictly lower priority to checkpoint and stop.
+
+RunningJob Running(const std::string& id, int64_t seq, int priority,
+                   std::vector<std::string> worker_ids, const std::string& preempted_by = "") {
+  return RunningJob{id, seq, priority, std::move(worker_ids), preempted_by};
+}
+
+std::vector<std::string> VictimsOf(const ScheduleResult& r, const std::string& id) {
+  for (const Preemption& p : r.preemptions) {
+    if (p.job_id == id) return p.victim_ids;
+  }
+  return {};
+}
+
+const WaitingJob* WaitingOf(const ScheduleResult& r, const std::string& id) {
+  for (const WaitingJob& w : r.waiting) {
+    if (w.job_id == id) return &w;
+  }
+  return nullptr;
+}
+
+TEST(PreemptionTest, OnlyStrictlyLowerPriority) {
+  const std::vector<SchedulerWorker> busy = {Worker("w1", false)};
+  ScheduleResult r = Schedule({Job("urgent", 2, 1, 5)}, busy, {}, {Running("low", 1, 5, {"w1"})});
+  EXPECT_TRUE(r.preemptions.empty());
+  EXPECT_EQ(WaitingOf(r, "urgent")->cause, WaitCause::kWorkersBusy);
+
+  r = Schedule({Job("urgent", 2, 1, 6)}, busy, {}, {Running("low", 1, 5, {"w1"})});
+  EXPECT_EQ(VictimsOf(r, "urgent"), std::vector<std::string>{"low"});
+  ASSERT_NE(WaitingOf(r, "urgent"), nullptr);
+  EXPECT_EQ(WaitingOf(r, "urgent")->cause, WaitCause::kPreempting);
+  EXPECT_EQ(ReasonOf(r, "urgent"),
+            "needs 1 idle cpu worker; 0 idle (1 busy, 0 too small); preempting lower-priority "
+            "job low (priority 5)");
+}
+
+TEST(PreemptionTest, NeverWhenIdleWorkersFit) {
+  ScheduleResult r = Schedule({Job("urgent", 2, 1, 9)}, {Worker("w1", false), Worker("w2")}, {},
+                              {Running("low", 1, 0, {"w1"})});
+  EXPECT_TRUE(r.preemptions.empty());
+  ASSERT_EQ(r.placements.size(), 1u);
+  EXPECT_EQ(r.placements[0].worker_ids, std::vector<std::string>{"w2"});
+}
+
+TEST(PreemptionTest, NeverAcrossTheOwnersQuota) {
+  // alice runs her quota's one worker: her urgent job waits on the quota
+  // instead of preempting anyone (her own job or bob's).
+  ScheduleLimits limits;
+  limits.running_workers["alice"] = 1;
+  limits.max_workers["alice"] = 1;
+  SchedulerJob urgent = Job("urgent", 3, 1, 9);
+  urgent.owner = "alice";
+  ScheduleResult r = Schedule({urgent}, {Worker("w1", false), Worker("w2", false)}, limits,
+                              {Running("hers", 1, 0, {"w1"}), Running("bobs", 2, 0, {"w2"})});
+  EXPECT_TRUE(r.preemptions.empty());
+  EXPECT_EQ(WaitingOf(r, "urgent")->cause, WaitCause::kQuota);
+
+  // With room in her quota she may preempt a lower-priority job.
+  limits.max_workers["alice"] = 2;
+  r = Schedule({urgent}, {Worker("w1", false), Worker("w2", false)}, limits,
+               {Running("hers", 1, 0, {"w1"}), Running("bobs", 2, 0, {"w2"})});
+  EXPECT_EQ(r.preemptions.size(), 1u);
+}
+
+TEST(PreemptionTest, SmallestSetOfVictims) {
+  const std::vector<SchedulerWorker> workers = {Worker("w1", false), Worker("w2", false),
+                                                Worker("w3", false), Worker("w4", false)};
+  const std::vector<RunningJob> running = {Running("pair", 1, 0, {"w1", "w2"}),
+                                           Running("single", 2, 0, {"w3"}),
+                                           Running("higher", 3, 1, {"w4"})};
+  // Two workers: the one job that frees two, not two jobs of one.
+  ScheduleResult r = Schedule({Job("gang", 4, 2, 5)}, workers, {}, running);
+  EXPECT_EQ(VictimsOf(r, "gang"), std::vector<std::string>{"pair"});
+  // One worker: one job, the lowest priority, the newest among equals.
+  r = Schedule({Job("one", 4, 1, 5)}, workers, {}, running);
+  EXPECT_EQ(VictimsOf(r, "one"), std::vector<std::string>{"single"});
+  // Three workers: two jobs.
+  r = Schedule({Job("three", 4, 3, 5)}, workers, {}, running);
+  EXPECT_EQ(VictimsOf(r, "three"), (std::vector<std::string>{"single", "pair"}));
+  // Five workers can never be freed: nothing is preempted.
+  r = Schedule({Job("five", 4, 5, 5)}, workers, {}, running);
+  EXPECT_TRUE(r.preemptions.empty());
+  // Too little priority to preempt enough: nothing is preempted either.
+  r = Schedule({Job("four", 4, 4, 1)}, workers, {}, running);
+  EXPECT_TRUE(r.preemptions.empty());
+}
+
+TEST(PreemptionTest, OnlyWorkersThatFitCount) {
+  // The small worker's job frees nothing a 9 GiB job could use.
+  const std::vector<SchedulerWorker> workers = {Worker("small", false, 4 * kGiB),
+                                                Worker("big", false, 16 * kGiB)};
+  ScheduleResult r =
+      Schedule({Job("big-job", 3, 1, 5, 9 * kGiB)}, workers, {},
+               {Running("on-small", 2, 0, {"small"}), Running("on-big", 1, 1, {"big"})});
+  EXPECT_EQ(VictimsOf(r, "big-job"), std::vector<std::string>{"on-big"});
+}
+
+TEST(PreemptionTest, PreemptionsOnTheirWayAreNotRepeated) {
+  const std::vector<SchedulerWorker> workers = {Worker("w1", false)};
+  const std::vector<RunningJob> running = {Running("low", 1, 0, {"w1"}, "urgent")};
+  ScheduleResult r =
+      Schedule({Job("urgent", 2, 1, 5), Job("other", 3, 1, 9)}, workers, {}, running);
+  EXPECT_TRUE(r.preemptions.empty()) << "a job being preempted is not chosen again";
+  EXPECT_EQ(WaitingOf(r, "urgent")->cause, WaitCause::kPreempting);
+  EXPECT_NE(ReasonOf(r, "urgent").find("waiting for low to checkpoint and stop"), std::string::npos)
+      << ReasonOf(r, "urgent");
+  EXPECT_EQ(WaitingOf(r, "other")->cause, WaitCause::kWorkersBusy);
+}
+
+TEST(PreemptionTest, APreemptedJobSaysSoWhileItWaits) {
+  SchedulerJob low = Job("low", 1, 1, 0);
+  low.preempted_by = "urgent";
+  ScheduleResult r = Schedule({low}, {Worker("w1", false)}, {}, {Running("urgent", 2, 5, {"w1"})});
+  EXPECT_EQ(ReasonOf(r, "low"),
+            "preempted by urgent; needs 1 idle cpu worker; 0 idle (1 busy, 0 too small)");
+}
+
+TEST(PreemptionTest, ChooseVictimsDirectly) {
+  EXPECT_TRUE(ChooseVictims({{0, 1, 1}}, 0).empty());
+  EXPECT_TRUE(ChooseVictims({{0, 1, 1}}, 2).empty());
+  // Fewest first, then the lowest priority among sets of that size.
+  EXPECT_EQ(ChooseVictims({{0, 1, 1}, {0, 2, 1}, {3, 3, 2}}, 2), std::vector<size_t>{2});
+  EXPECT_EQ(ChooseVictims({{3, 1, 2}, {1, 2, 2}}, 2), std::vector<size_t>{1});
+  EXPECT_EQ(ChooseVictims({{2, 1, 1}, {0, 2, 3}, {1, 3, 2}}, 4), (std::vector<size_t>{1, 2}));
+}
+
+}  // namespace
+}  // namespace sbp::server

@@ -114,7 +114,7 @@ class WorkerAgent::Observer final : public TrainingObserver {
 
   bool StopRequested() override {
     return agent_->stopping() || reporter_->cancel_requested() || reporter_->aborted() ||
-           agent_->RunningAttemptStopped();
+           agent_->RunningAttemptStopped() || agent_->CheckpointRequested();
   }
 
   absl::Status CheckLease() override { return agent_->CheckLease(assignment_); }
@@ -172,6 +172,19 @@ void WorkerAgent::Stop() {
 bool WorkerAgent::RunningAttemptStopped() const {
   absl::MutexLock lock(&mu_);
   return running_stopped_;
+}
+
+bool WorkerAgent::CheckpointRequested() const {
+  absl::MutexLock lock(&mu_);
+  return running_checkpoint_;
+}
+
+void WorkerAgent::RequestCheckpoint(const std::string& job_id, int attempt) {
+  absl::MutexLock lock(&mu_);
+  if (job_id != running_job_ || attempt != running_attempt_ || running_checkpoint_) return;
+  LOG(INFO) << "job " << job_id << " attempt " << attempt
+            << " was preempted; it checkpoints at its next step boundary and stops";
+  running_checkpoint_ = true;
 }
 
 absl::Status WorkerAgent::CheckLease(const v1::Assignment& assignment) const {
@@ -294,6 +307,9 @@ void WorkerAgent::HeartbeatLoop() {
       const auto sent = Clock::now();
       status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
       if (status.ok()) {
+        for (const v1::AttemptRef& ref : response.checkpoint_attempts()) {
+          RequestCheckpoint(ref.job_id(), ref.attempt());
+        }
         absl::MutexLock lock(&mu_);
         for (const v1::AttemptRef& ref : response.stop_attempts()) {
           if (ref.job_id() == running_job_ && ref.attempt() == running_attempt_ &&
@@ -424,6 +440,7 @@ absl::StatusOr<bool> WorkerAgent::SendProgress(const v1::Assignment& assignment,
   PrepareContext(context, options_.token, kCallTimeout);
   v1::ReportProgressResponse response;
   RETURN_IF_ERROR(FromGrpcStatus(stub_->ReportProgress(&context, request, &response)));
+  if (response.checkpoint_and_stop()) RequestCheckpoint(assignment.job_id(), assignment.attempt());
   return response.cancel_requested();
 }
 
@@ -533,16 +550,19 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     running_job_ = assignment.job_id();
     running_attempt_ = assignment.attempt();
     running_stopped_ = false;
+    running_checkpoint_ = false;
     lease_lost_ = false;
   }
   const absl::StatusOr<TrainSummary> summary = RunTraining(*spec, train_options, &observer);
-  bool superseded = false;
+  bool superseded = false, preempted = false;
   {
     absl::MutexLock lock(&mu_);
     superseded = running_stopped_;
+    preempted = running_checkpoint_;
     running_job_.clear();
     running_attempt_ = -1;
     running_stopped_ = false;
+    running_checkpoint_ = false;
   }
   current_bytes_ = 0;
   metrics_->SetMemory(0, peak_bytes_);
@@ -557,7 +577,8 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
                  << " is over at the coordinator; dropped it";
     return;
   }
-  if (summary.ok() && summary->stopped_early && !reporter.cancel_requested()) {
+  if (summary.ok() && summary->stopped_early && !reporter.cancel_requested() &&
+      (!preempted || stopping())) {
     // The worker is shutting down. Reporting an outcome now would free this worker in
     // the scheduler, which would hand the retry straight back to it; instead the
     // attempt is left to the lease, whose expiry retries it (LOST_WORKER) elsewhere
@@ -573,6 +594,13 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     finish.set_outcome(v1::OUTCOME_FAILED);
     finish.set_failure_class(ClassifyFailure(summary.status()));
     finish.set_message(std::string(summary.status().message()));
+  } else if (summary->stopped_early && !reporter.cancel_requested()) {
+    finish.set_outcome(v1::OUTCOME_PREEMPTED);
+    finish.set_message(
+        absl::StrCat("preempted: stopped after step ", summary->last_step,
+                     summary->last_checkpoint.empty()
+                         ? std::string()
+                         : absl::StrCat(" with checkpoint ", summary->last_checkpoint)));
   } else if (summary->stopped_early) {
     finish.set_outcome(v1::OUTCOME_CANCELLED);
     finish.set_message(absl::StrCat("stopped after step ", summary->last_step));

@@ -16,6 +16,11 @@
 // (LOST_WORKER) on another worker from that checkpoint once the lease expires. A run the
 // coordinator has given up on (ABORTED progress, or listed in a heartbeat's stop_attempts) stops
 // the same way, without an outcome.
+//
+// Preemption (checkpoint_and_stop in a progress answer, or the attempt listed
+// in a heartbeat's checkpoint_attempts) ends the run at its next step
+// boundary too, every rank at the same step, with a checkpoint; it finishes
+// as PREEMPTED and the coordinator resumes the job later from there.
 #pragma once
 
 #include <atomic>
@@ -78,6 +83,10 @@ class WorkerAgent {
 
   bool stopping() const { return stopping_.load(); }
   bool RunningAttemptStopped() const;
+  // The coordinator preempted the running attempt: checkpoint and stop.
+  bool CheckpointRequested() const;
+  // Notes a preemption of `job_id` attempt `attempt` if it is the running one.
+  void RequestCheckpoint(const std::string& job_id, int attempt);
   // The local lease. The coordinator gives a worker `lease` seconds after it
   // receives a heartbeat before it declares the worker lost and may hand its
   // attempt to another worker. The worker counts the same lease from when it
@@ -129,6 +138,7 @@ class WorkerAgent {
   std::string running_job_ ABSL_GUARDED_BY(mu_);
   int running_attempt_ ABSL_GUARDED_BY(mu_) = -1;
   bool running_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_checkpoint_ ABSL_GUARDED_BY(mu_) = false;  // preempted
   bool lease_lost_ ABSL_GUARDED_BY(mu_) = false;  // the coordinator declared this worker lost
   absl::Mutex register_mu_;  // one Register call at a time (main and heartbeat threads)
   std::thread heartbeat_thread_;

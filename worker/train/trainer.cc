@@ -420,8 +420,9 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
       break;
     }
   }
-  if (summary.stopped_early && summary.last_checkpoint.empty() &&
-      summary.last_step >= summary.first_step) {
+  // A run stopped early (cancel, preemption) keeps every step it finished.
+  if (summary.stopped_early && summary.last_step >= summary.first_step &&
+      summary.last_checkpoint != CheckpointPath(run_dir, summary.last_step)) {
     RETURN_IF_ERROR(save(summary.last_step));
   }
   summary.peak_bytes = allocator.peak_bytes();
