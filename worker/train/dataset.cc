@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -17,8 +18,33 @@ DataOptions DataOptionsForJob(const JobSpec& spec, int64_t vocab_size) {
   return DataOptions{vocab_size, spec.seq_len, spec.truncation};
 }
 
+namespace {
+
+// True when `path` starts with the token shard magic (a missing or unreadable
+// file is left to the loaders, which name the problem).
+bool IsTokenShardFile(const std::string& path) {
+  absl::StatusOr<RegularFile> file =
+      RegularFile::Open(path, std::numeric_limits<int64_t>::max(), "a data file");
+  if (!file.ok()) return false;
+  char head[sizeof(kTokenShardMagic)];
+  size_t got = 0;
+  while (got < sizeof(head)) {
+    absl::StatusOr<size_t> n = file->Read(head + got, sizeof(head) - got);
+    if (!n.ok() || *n == 0) break;
+    got += *n;
+  }
+  return LooksLikeTokenShards(absl::string_view(head, got));
+}
+
+}  // namespace
+
 absl::StatusOr<Dataset> Dataset::Load(Objective objective, const std::string& path,
                                       const DataOptions& options) {
+  if (IsTokenShardFile(path)) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const TokenShards> shards,
+                     TokenShards::Open(path, objective, options));
+    return Dataset(std::move(shards));
+  }
   switch (objective) {
     case Objective::kSft: {
       ASSIGN_OR_RETURN(std::vector<TokenSequence> sft, LoadSftJsonl(path, options));
@@ -43,6 +69,7 @@ absl::StatusOr<Dataset> Dataset::LoadForJob(const JobSpec& spec, absl::string_vi
 }
 
 Objective Dataset::objective() const {
+  if (shards_) return shards_->objective();
   switch (examples_.index()) {
     case 1:
       return Objective::kDpo;
@@ -54,20 +81,21 @@ Objective Dataset::objective() const {
 }
 
 int64_t Dataset::size() const {
+  if (shards_) return shards_->size();
   return std::visit([](const auto& v) { return static_cast<int64_t>(v.size()); }, examples_);
 }
 
 int64_t Dataset::TokenCount(int64_t index) const {
   CHECK(index >= 0 && index < size()) << "example " << index << " of " << size();
-  const size_t i = static_cast<size_t>(index);
   switch (objective()) {
     case Objective::kSft:
-      return static_cast<int64_t>(sft()[i].input_ids.size());
-    case Objective::kDpo:
-      return static_cast<int64_t>(dpo()[i].chosen.input_ids.size() +
-                                  dpo()[i].rejected.input_ids.size());
+      return static_cast<int64_t>(SftAt(index).input_ids.size());
+    case Objective::kDpo: {
+      const DpoPair pair = DpoAt(index);
+      return static_cast<int64_t>(pair.chosen.input_ids.size() + pair.rejected.input_ids.size());
+    }
     case Objective::kGrpo: {
-      const GrpoGroup& g = grpo()[i];
+      const GrpoGroup g = GrpoAt(index);
       int64_t tokens = 0;
       for (const GrpoCompletion& c : g.completions) {
         tokens += static_cast<int64_t>(g.prompt.size() + c.ids.size());
@@ -78,19 +106,40 @@ int64_t Dataset::TokenCount(int64_t index) const {
   return 0;
 }
 
+TokenSequence Dataset::SftAt(int64_t index) const {
+  if (shards_) return shards_->Sft(index);
+  CHECK(index >= 0 && index < size()) << "example " << index << " of " << size();
+  return sft()[static_cast<size_t>(index)];
+}
+
+DpoPair Dataset::DpoAt(int64_t index) const {
+  if (shards_) return shards_->Dpo(index);
+  CHECK(index >= 0 && index < size()) << "example " << index << " of " << size();
+  return dpo()[static_cast<size_t>(index)];
+}
+
+GrpoGroup Dataset::GrpoAt(int64_t index) const {
+  if (shards_) return shards_->Grpo(index);
+  CHECK(index >= 0 && index < size()) << "example " << index << " of " << size();
+  return grpo()[static_cast<size_t>(index)];
+}
+
 const std::vector<TokenSequence>& Dataset::sft() const {
+  CHECK(!shards_) << "the dataset is memory-mapped shards; use SftAt";
   CHECK(examples_.index() == 0) << "the dataset holds " << ObjectiveName(objective())
                                 << " examples, not sft";
   return std::get<0>(examples_);
 }
 
 const std::vector<DpoPair>& Dataset::dpo() const {
+  CHECK(!shards_) << "the dataset is memory-mapped shards; use DpoAt";
   CHECK(examples_.index() == 1) << "the dataset holds " << ObjectiveName(objective())
                                 << " examples, not dpo";
   return std::get<1>(examples_);
 }
 
 const std::vector<GrpoGroup>& Dataset::grpo() const {
+  CHECK(!shards_) << "the dataset is memory-mapped shards; use GrpoAt";
   CHECK(examples_.index() == 2) << "the dataset holds " << ObjectiveName(objective())
                                 << " examples, not grpo";
   return std::get<2>(examples_);

@@ -1,5 +1,7 @@
 // A loaded dataset (one objective's examples) and the order the trainer
-// walks it in.
+// walks it in. The examples are token JSONL read into memory, or a token
+// shard file (token_shards.h) that stays memory-mapped: Load tells them
+// apart by the file's first bytes, and either way example i is the same.
 //
 // Order: epoch e visits the examples in EpochOrder(seed, e, size), a
 // Fisher-Yates shuffle driven by SplitMix64 — pure 64-bit integer arithmetic,
@@ -9,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/jsonl_data.h"
+#include "worker/train/token_shards.h"
 
 namespace sbp {
 
@@ -30,8 +34,9 @@ class Dataset {
   explicit Dataset(std::vector<TokenSequence> sft) : examples_(std::move(sft)) {}
   explicit Dataset(std::vector<DpoPair> dpo) : examples_(std::move(dpo)) {}
   explicit Dataset(std::vector<GrpoGroup> grpo) : examples_(std::move(grpo)) {}
+  explicit Dataset(std::shared_ptr<const TokenShards> shards) : shards_(std::move(shards)) {}
 
-  // Reads `path` with the loader of `objective`.
+  // Reads `path`, token shards or JSONL with the loader of `objective`.
   static absl::StatusOr<Dataset> Load(Objective objective, const std::string& path,
                                       const DataOptions& options);
   // Reads the job's data file (relative paths from `base_dir`).
@@ -45,13 +50,23 @@ class Dataset {
   // Tokens of example `index`, all of its sequences together.
   int64_t TokenCount(int64_t index) const;
 
-  // The examples; each CHECKs that the dataset holds that objective.
+  // Example `index` (a copy); each CHECKs the objective and the index.
+  TokenSequence SftAt(int64_t index) const;
+  DpoPair DpoAt(int64_t index) const;
+  GrpoGroup GrpoAt(int64_t index) const;
+
+  // True when the examples are a memory-mapped shard file.
+  bool is_shards() const { return shards_ != nullptr; }
+
+  // The examples of an in-memory dataset; each CHECKs that the dataset holds
+  // that objective and is not shards.
   const std::vector<TokenSequence>& sft() const;
   const std::vector<DpoPair>& dpo() const;
   const std::vector<GrpoGroup>& grpo() const;
 
  private:
   std::variant<std::vector<TokenSequence>, std::vector<DpoPair>, std::vector<GrpoGroup>> examples_;
+  std::shared_ptr<const TokenShards> shards_;  // when set, examples_ is unused
 };
 
 // The permutation of [0, size) for `epoch`: Fisher-Yates from the back

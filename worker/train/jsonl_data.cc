@@ -18,10 +18,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Largest log-probability accepted in old_logprobs (rounding can push a
-// probability-1 token a hair above 0).
-constexpr double kMaxLogprob = 1e-4;
-
 absl::Status Invalid(absl::string_view where, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", message));
 }
@@ -161,37 +157,6 @@ absl::Status CheckVocab(const DataOptions& options, absl::string_view where) {
   return absl::OkStatus();
 }
 
-// Prompt + response with the prompt masked, held to seq_len. `what` names
-// the response field for messages.
-absl::StatusOr<TokenSequence> PromptResponse(const std::vector<int32_t>& prompt,
-                                             const std::vector<int32_t>& response,
-                                             absl::string_view what, const DataOptions& options,
-                                             absl::string_view where) {
-  const int64_t total = static_cast<int64_t>(prompt.size() + response.size());
-  size_t keep = response.size();
-  if (options.seq_len > 0 && total > options.seq_len) {
-    if (options.truncation == Truncation::kReject) {
-      return Invalid(
-          where, absl::StrCat("prompt_ids + ", what, " has ", total, " tokens (", prompt.size(),
-                              " + ", response.size(), "), longer than seq_len ", options.seq_len,
-                              " (truncation: truncate keeps the first seq_len)"));
-    }
-    if (static_cast<int64_t>(prompt.size()) >= options.seq_len) {
-      return Invalid(where, absl::StrCat("prompt_ids has ", prompt.size(),
-                                         " tokens, which leaves no room for ", what,
-                                         " within seq_len ", options.seq_len));
-    }
-    keep = static_cast<size_t>(options.seq_len) - prompt.size();
-  }
-  TokenSequence s;
-  s.input_ids.reserve(prompt.size() + keep);
-  s.input_ids = prompt;
-  s.input_ids.insert(s.input_ids.end(), response.begin(), response.begin() + keep);
-  s.labels.assign(prompt.size(), kIgnoreIndex);
-  s.labels.insert(s.labels.end(), response.begin(), response.begin() + keep);
-  return s;
-}
-
 // The lines of a regular file, one at a time, each at most
 // kMaxJsonlLineBytes: memory stays bounded by the longest line, whatever the
 // file holds (no newline in 20 GB is refused at the limit).
@@ -291,6 +256,36 @@ absl::StatusOr<std::vector<T>> LoadLines(
 
 }  // namespace
 
+absl::StatusOr<TokenSequence> PromptResponseSequence(const std::vector<int32_t>& prompt,
+                                                     const std::vector<int32_t>& response,
+                                                     absl::string_view what,
+                                                     const DataOptions& options,
+                                                     absl::string_view where) {
+  const int64_t total = static_cast<int64_t>(prompt.size() + response.size());
+  size_t keep = response.size();
+  if (options.seq_len > 0 && total > options.seq_len) {
+    if (options.truncation == Truncation::kReject) {
+      return Invalid(
+          where, absl::StrCat("prompt_ids + ", what, " has ", total, " tokens (", prompt.size(),
+                              " + ", response.size(), "), longer than seq_len ", options.seq_len,
+                              " (truncation: truncate keeps the first seq_len)"));
+    }
+    if (static_cast<int64_t>(prompt.size()) >= options.seq_len) {
+      return Invalid(where, absl::StrCat("prompt_ids has ", prompt.size(),
+                                         " tokens, which leaves no room for ", what,
+                                         " within seq_len ", options.seq_len));
+    }
+    keep = static_cast<size_t>(options.seq_len) - prompt.size();
+  }
+  TokenSequence s;
+  s.input_ids.reserve(prompt.size() + keep);
+  s.input_ids = prompt;
+  s.input_ids.insert(s.input_ids.end(), response.begin(), response.begin() + keep);
+  s.labels.assign(prompt.size(), kIgnoreIndex);
+  s.labels.insert(s.labels.end(), response.begin(), response.begin() + keep);
+  return s;
+}
+
 TokenSequence GrpoSequence(const GrpoGroup& group, size_t index) {
   const GrpoCompletion& completion = group.completions.at(index);
   TokenSequence s;
@@ -319,7 +314,8 @@ absl::StatusOr<TokenSequence> ParseSftLine(absl::string_view line, const DataOpt
                      IdField(object, "prompt_ids", IdKind::kToken, vocab, where, false, hint));
     ASSIGN_OR_RETURN(std::vector<int32_t> completion,
                      IdField(object, "completion_ids", IdKind::kToken, vocab, where, false, hint));
-    ASSIGN_OR_RETURN(s, PromptResponse(prompt, completion, "completion_ids", options, where));
+    ASSIGN_OR_RETURN(s,
+                     PromptResponseSequence(prompt, completion, "completion_ids", options, where));
   } else {
     ASSIGN_OR_RETURN(s.input_ids, IdField(object, "input_ids", IdKind::kToken, vocab, where, false,
                                           FormatHint(object, "SFT")));
@@ -360,8 +356,10 @@ absl::StatusOr<DpoPair> ParseDpoLine(absl::string_view line, const DataOptions& 
   ASSIGN_OR_RETURN(std::vector<int32_t> rejected,
                    IdField(object, "rejected_ids", IdKind::kToken, vocab, where, false, hint));
   DpoPair pair;
-  ASSIGN_OR_RETURN(pair.chosen, PromptResponse(prompt, chosen, "chosen_ids", options, where));
-  ASSIGN_OR_RETURN(pair.rejected, PromptResponse(prompt, rejected, "rejected_ids", options, where));
+  ASSIGN_OR_RETURN(pair.chosen,
+                   PromptResponseSequence(prompt, chosen, "chosen_ids", options, where));
+  ASSIGN_OR_RETURN(pair.rejected,
+                   PromptResponseSequence(prompt, rejected, "rejected_ids", options, where));
   return pair;
 }
 
@@ -440,7 +438,7 @@ absl::StatusOr<GrpoGroup> ParseGrpoLine(absl::string_view line, const DataOption
                          absl::StrCat(old_name, "[", i, "] must be a number, got ", ValueText(v)));
         }
         const double logprob = v.get<double>();
-        if (!std::isfinite(logprob) || logprob > kMaxLogprob) {
+        if (!std::isfinite(logprob) || logprob > kMaxOldLogprob) {
           return Invalid(where, absl::StrCat(old_name, "[", i, "] = ", ValueText(v),
                                              " is not a log-probability (finite, <= 0)"));
         }

@@ -31,6 +31,9 @@ namespace sbp {
 // Longest JSONL line read: a GRPO group of 16 completions of 64k tokens each,
 // with old_logprobs, is ~32 MiB of text.
 inline constexpr int64_t kMaxJsonlLineBytes = int64_t{64} << 20;
+// Largest log-probability accepted in old_logprobs (rounding can push a
+// probability-1 token a hair above 0).
+inline constexpr double kMaxOldLogprob = 1e-4;
 
 struct DataOptions {
   int64_t vocab_size = 0;                       // every id must be in [0, vocab_size)
@@ -55,6 +58,16 @@ struct GrpoGroup {
   std::vector<int32_t> prompt;
   std::vector<GrpoCompletion> completions;  // at least one
 };
+
+// Prompt + response with the prompt's labels kIgnoreIndex, held to
+// options.seq_len (reject, or keep the prompt and cut the response; a prompt
+// that leaves no room is an error either way). `what` names the response
+// field in messages.
+absl::StatusOr<TokenSequence> PromptResponseSequence(const std::vector<int32_t>& prompt,
+                                                     const std::vector<int32_t>& response,
+                                                     absl::string_view what,
+                                                     const DataOptions& options,
+                                                     absl::string_view where);
 
 // Prompt + completion `index` of `group` as a sequence with the prompt masked.
 TokenSequence GrpoSequence(const GrpoGroup& group, size_t index);

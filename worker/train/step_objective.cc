@@ -53,7 +53,7 @@ class SftStep final : public StepObjective {
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     std::vector<TokenSequence> step;
-    for (int64_t i : indices) step.push_back(c_.dataset.sft()[i]);
+    for (int64_t i : indices) step.push_back(c_.dataset.SftAt(i));
     const int64_t local_targets = CountValidTargets(step);
     ASSIGN_OR_RETURN(const int64_t normaliser, GlobalCount(c_.comm, local_targets));
     ObjectiveStepResult result;
@@ -96,7 +96,7 @@ class DpoStep final : public StepObjective {
       std::vector<DpoPair> pairs;
       std::vector<ReferenceLogProbs> refs;
       for (int64_t i : micro) {
-        pairs.push_back(c_.dataset.dpo()[i]);
+        pairs.push_back(c_.dataset.DpoAt(i));
         auto cached = cache_.find(i);
         if (cached == cache_.end()) {
           ASSIGN_OR_RETURN(
@@ -142,7 +142,7 @@ class GrpoStep final : public StepObjective {
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     std::vector<GrpoGroup> all;
-    for (int64_t i : indices) all.push_back(c_.dataset.grpo()[i]);
+    for (int64_t i : indices) all.push_back(c_.dataset.GrpoAt(i));
     const GrpoCounts local = CountGrpo(all);
     std::vector<double> sums = {static_cast<double>(local.sequences),
                                 static_cast<double>(local.completion_tokens)};
@@ -160,7 +160,7 @@ class GrpoStep final : public StepObjective {
       std::vector<GrpoGroup> groups;
       GrpoReferenceLogProbs refs;
       for (int64_t i : micro) {
-        groups.push_back(c_.dataset.grpo()[i]);
+        groups.push_back(c_.dataset.GrpoAt(i));
         if (c_.reference == nullptr) continue;
         auto cached = cache_.find(i);
         if (cached == cache_.end()) {

@@ -56,6 +56,27 @@ TEST_P(ExampleJobTest, ParsesAndLoads) {
 INSTANTIATE_TEST_SUITE_P(Examples, ExampleJobTest,
                          ::testing::Values("tiny-sft", "tiny-dpo", "tiny-grpo"));
 
+// The chat example: text tokenized by `sbp data prepare` into a token shard
+// file that fits the model of examples/configs/tiny-chat-qwen3.json.
+TEST(ExampleChatJobTest, ReadsThePreparedShards) {
+  const std::string root = train_testing::SourceDir();
+  const std::string path = absl::StrCat(root, "/examples/jobs/tiny-chat.yaml");
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(ReadText(path), path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model, "examples/models/tiny-chat");
+  absl::StatusOr<ModelConfig> config =
+      LoadModelConfig(absl::StrCat(root, "/examples/configs/tiny-chat-qwen3.json"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<Dataset> data = Dataset::LoadForJob(*spec, root, config->vocab_size);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE(data->is_shards());
+  EXPECT_GE(data->size(), spec->train.sequences_per_step);
+  for (const char* file : {"tiny-chat.jsonl", "tiny-chat.tokens.jsonl", "tiny-chat.shard"}) {
+    const std::string data_path = absl::StrCat(root, "/examples/data/", file);
+    EXPECT_LT(std::filesystem::file_size(data_path), 200u * 1024) << data_path;
+  }
+}
+
 // The GPU example (its model and data are generated, not committed): a
 // bf16 stream-mode job on one CUDA worker that the planner fits, with its
 // automatic chunk sizes, on an 80 GB card.
