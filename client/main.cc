@@ -7,6 +7,7 @@
 #include "client/bench_command.h"
 #include "client/cli_common.h"
 #include "client/coordinator_client.h"
+#include "client/data_command.h"
 #include "client/grad_command.h"
 #include "client/health_command.h"
 #include "client/job_commands.h"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   sbp::cli::AddBenchCommand(app, &exit_code);
   sbp::cli::AddPlanCommand(app, &exit_code);
   sbp::cli::AddTrainCommand(app, &exit_code);
+  sbp::cli::AddDataCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
