@@ -158,7 +158,8 @@ TEST_F(ValidationTest, MissingFieldsAndUnknownIds) {
   status = worker_->Finish(w, a, v1::OUTCOME_UNSPECIFIED);
   EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(status.error_message(),
-            "outcome: must be OUTCOME_SUCCEEDED, OUTCOME_FAILED or OUTCOME_CANCELLED");
+            "outcome: must be OUTCOME_SUCCEEDED, OUTCOME_FAILED, OUTCOME_CANCELLED or "
+            "OUTCOME_PREEMPTED");
 
   v1::ListJobsResponse none;
   ASSERT_TRUE(client_->List(v1::ListJobsRequest(), &none).ok());
