@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/allocator.h"
+#include "kernels/rope_table.h"
 #include "kernels/tensor.h"
 
 namespace sbp {
@@ -68,12 +69,13 @@ class Backend {
                                const Tensor& dy, Tensor& dx, Tensor& dweight) = 0;
 
   // ---- rotary position embedding (Hugging Face rotate_half) ----------------
-  // x [T, H, d] in place; row t has position position_offset + t;
-  // inv_freq_i = theta^(-2i/d), angle = pos * inv_freq_i for i < d/2;
+  // x [T, H, d] in place; row t has position pos = position_offset + t;
+  // angle = pos * rope.inv_freq_i for i < d/2 (d = rope.head_dim()),
+  // c = m cos(angle), s = m sin(angle) with m = rope.attention_scaling;
   // x1 = x[..., :d/2], x2 = x[..., d/2:]: (x1, x2) <- (x1 c - x2 s, x2 c + x1 s).
-  virtual void RopeForward(Tensor& x, int64_t position_offset, double theta) = 0;
-  // The transposed rotation, in place on the gradient.
-  virtual void RopeBackward(Tensor& dx, int64_t position_offset, double theta) = 0;
+  virtual void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) = 0;
+  // The transposed map (c, -s), in place on the gradient.
+  virtual void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) = 0;
 
   // ---- matmul: the three layouts of a linear layer y = x W^T --------------
   // y [N, M] = x [N, K] . w [M, K]^T   (+= when accumulate)

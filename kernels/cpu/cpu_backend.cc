@@ -28,11 +28,11 @@ void CpuBackend::RmsNormBackward(const Tensor& x, const Tensor& weight, const Te
                                  const Tensor& dy, Tensor& dx, Tensor& dweight) {
   cpu::RmsNormBackward(x, weight, rstd, dy, dx, dweight);
 }
-void CpuBackend::RopeForward(Tensor& x, int64_t position_offset, double theta) {
-  cpu::RopeForward(x, position_offset, theta);
+void CpuBackend::RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) {
+  cpu::RopeForward(x, position_offset, rope);
 }
-void CpuBackend::RopeBackward(Tensor& dx, int64_t position_offset, double theta) {
-  cpu::RopeBackward(dx, position_offset, theta);
+void CpuBackend::RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) {
+  cpu::RopeBackward(dx, position_offset, rope);
 }
 void CpuBackend::MatmulXWt(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   cpu::MatmulXWt(x, w, y, accumulate);

@@ -27,8 +27,8 @@ class CpuBackend final : public Backend {
   void RmsNormBackward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
                        Tensor& dx, Tensor& dweight) override;
 
-  void RopeForward(Tensor& x, int64_t position_offset, double theta) override;
-  void RopeBackward(Tensor& dx, int64_t position_offset, double theta) override;
+  void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) override;
+  void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) override;
 
   void MatmulXWt(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) override;
   void MatmulDyW(const Tensor& dy, const Tensor& w, Tensor& dx, bool accumulate) override;

@@ -9,24 +9,27 @@ namespace {
 
 constexpr int64_t kParallelMinElements = 1 << 14;
 
-// Rotates every head of every row of x by +angle (sign = 1) or -angle (sign = -1).
-void Rotate(Tensor& x, int64_t position_offset, double theta, float sign, const char* name) {
+// Applies (c, sign * s) to every head of every row of x: sign 1 rotates
+// forward, -1 applies the transpose.
+void Rotate(Tensor& x, int64_t position_offset, const RopeTable& rope, double sign,
+            const char* name) {
   CHECK(x.defined()) << name << " is undefined";
   CHECK(x.device().is_cpu()) << name << " must be on the cpu, got " << x.DebugString();
   CHECK(x.dtype() == DType::kF32) << name << " must be f32, got " << x.DebugString();
   CHECK(x.is_contiguous()) << name << " must be contiguous, got " << x.DebugString();
   CHECK(x.rank() == 3 && x.dim(2) % 2 == 0 && x.dim(2) > 0)
       << name << " must be [T, H, head_dim] with an even head_dim, got " << x.DebugString();
+  CHECK_EQ(x.dim(2), rope.head_dim())
+      << name << " " << x.DebugString() << " does not match a rope table of head_dim "
+      << rope.head_dim();
   CHECK_GE(position_offset, 0) << "negative rope position offset";
-  CHECK(theta > 0) << "rope theta must be positive, got " << theta;
   const int64_t rows = x.dim(0);
   const int64_t heads = x.dim(1);
   const int64_t d = x.dim(2);
   const int64_t half = d / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-  }
+  const std::vector<double>& inv_freq = rope.inv_freq;
+  const double cos_scale = rope.attention_scaling;
+  const double sin_scale = sign * rope.attention_scaling;
   float* data = x.data<float>();
 #pragma omp parallel if (rows * heads * d >= kParallelMinElements)
   {
@@ -37,8 +40,8 @@ void Rotate(Tensor& x, int64_t position_offset, double theta, float sign, const 
       const double position = static_cast<double>(position_offset + t);
       for (int64_t i = 0; i < half; ++i) {
         const double angle = position * inv_freq[i];
-        cos_row[i] = static_cast<float>(std::cos(angle));
-        sin_row[i] = sign * static_cast<float>(std::sin(angle));
+        cos_row[i] = static_cast<float>(cos_scale * std::cos(angle));
+        sin_row[i] = static_cast<float>(sin_scale * std::sin(angle));
       }
       for (int64_t h = 0; h < heads; ++h) {
         float* x1 = data + (t * heads + h) * d;
@@ -55,12 +58,12 @@ void Rotate(Tensor& x, int64_t position_offset, double theta, float sign, const 
 
 }  // namespace
 
-void RopeForward(Tensor& x, int64_t position_offset, double theta) {
-  Rotate(x, position_offset, theta, 1.0f, "x");
+void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) {
+  Rotate(x, position_offset, rope, 1.0, "x");
 }
 
-void RopeBackward(Tensor& dx, int64_t position_offset, double theta) {
-  Rotate(dx, position_offset, theta, -1.0f, "dx");
+void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) {
+  Rotate(dx, position_offset, rope, -1.0, "dx");
 }
 
 }  // namespace sbp::cpu

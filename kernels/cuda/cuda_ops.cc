@@ -100,29 +100,40 @@ void CudaBackend::RmsNormBackward(const Tensor& x, const Tensor& weight, const T
 
 namespace {
 
-void CheckRope(const Tensor& x, Device device, int64_t position_offset, double theta,
+void CheckRope(const Tensor& x, Device device, int64_t position_offset, const RopeTable& rope,
                const char* name) {
   CheckFloat(x, device, name);
   CHECK(x.rank() == 3 && x.dim(2) % 2 == 0 && x.dim(2) > 0)
       << name << " must be [T, H, head_dim] with an even head_dim, got " << x.DebugString();
+  CHECK_EQ(x.dim(2), rope.head_dim())
+      << name << " " << x.DebugString() << " does not match a rope table of head_dim "
+      << rope.head_dim();
+  CHECK_LE(x.dim(2), 2 * cuda::kMaxRopePairs)
+      << "rope: head_dim " << x.dim(2) << " is over the CUDA limit of " << 2 * cuda::kMaxRopePairs;
   CHECK_GE(position_offset, 0) << "negative rope position offset";
-  CHECK(theta > 0) << "rope theta must be positive, got " << theta;
+}
+
+cuda::RopeFreqs ToRopeFreqs(const RopeTable& rope) {
+  cuda::RopeFreqs freqs{};
+  for (size_t i = 0; i < rope.inv_freq.size(); ++i) freqs.inv_freq[i] = rope.inv_freq[i];
+  freqs.attention_scaling = rope.attention_scaling;
+  return freqs;
 }
 
 }  // namespace
 
-void CudaBackend::RopeForward(Tensor& x, int64_t position_offset, double theta) {
+void CudaBackend::RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) {
   Bind();
-  CheckRope(x, device(), position_offset, theta, "x");
-  cuda::LaunchRope(stream(), AsOut(x), x.dim(0), x.dim(1), x.dim(2), position_offset, theta,
-                   /*backward=*/false);
+  CheckRope(x, device(), position_offset, rope, "x");
+  cuda::LaunchRope(stream(), AsOut(x), x.dim(0), x.dim(1), x.dim(2), position_offset,
+                   ToRopeFreqs(rope), /*backward=*/false);
 }
 
-void CudaBackend::RopeBackward(Tensor& dx, int64_t position_offset, double theta) {
+void CudaBackend::RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) {
   Bind();
-  CheckRope(dx, device(), position_offset, theta, "dx");
-  cuda::LaunchRope(stream(), AsOut(dx), dx.dim(0), dx.dim(1), dx.dim(2), position_offset, theta,
-                   /*backward=*/true);
+  CheckRope(dx, device(), position_offset, rope, "dx");
+  cuda::LaunchRope(stream(), AsOut(dx), dx.dim(0), dx.dim(1), dx.dim(2), position_offset,
+                   ToRopeFreqs(rope), /*backward=*/true);
 }
 
 // ---- bias (elementwise.cu) ----------------------------------------------------------

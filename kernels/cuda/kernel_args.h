@@ -28,6 +28,14 @@ struct Out {
 inline constexpr int kErrorTokenId = 1;  // an embedding id outside [0, V)
 inline constexpr int kErrorTarget = 2;   // a target outside [0, V) and not -100
 
+// The rotary table passed by value as a kernel argument (1 KiB of the 4 KiB
+// a launch may carry): inv_freq of the d/2 pairs and the cos/sin scaling.
+inline constexpr int64_t kMaxRopePairs = 128;  // head_dim up to 256
+struct RopeFreqs {
+  double inv_freq[kMaxRopePairs];
+  double attention_scaling;
+};
+
 // Causal GQA attention (see kernels/backend.h): q, out, dout, dq [tq, hq, d];
 // k, v, dk, dv [tk, hkv, d]; lse, delta [tq, hq] f32. Query row i has
 // sequence position q_offset + i and sees keys j <= q_offset + i.

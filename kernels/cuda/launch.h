@@ -67,8 +67,9 @@ void LaunchRmsNormBackward(cudaStream_t stream, In x, In w, const float* rstd, I
                            int64_t d, int groups, float* partials, Out dx, Out dweight);
 
 // ---- rope.cu -------------------------------------------------------------------
+// d = 2 * pairs with pairs <= kMaxRopePairs; freqs holds the first d/2 entries.
 void LaunchRope(cudaStream_t stream, Out x, int64_t rows, int64_t heads, int64_t d,
-                int64_t position_offset, double theta, bool backward);
+                int64_t position_offset, const RopeFreqs& freqs, bool backward);
 
 // ---- swiglu.cu -----------------------------------------------------------------
 void LaunchSwigluForward(cudaStream_t stream, In gate, In up, Out out, int64_t n);

@@ -1,10 +1,11 @@
 // Rotary position embedding, Hugging Face rotate_half (CUDA), in place; the
 // math of kernels/cpu/rope.h: row t of x [T, H, d] has position
-// p = offset + t, inv_freq_i = theta^(-2i/d), angle = p * inv_freq_i in
-// double (cos/sin rounded to fp32 as on the CPU); with x1 = x[..., :d/2],
+// p = offset + t, angle = p * inv_freq_i in double with the model's table
+// (kernels/rope_table.h), c = m cos(angle), s = m sin(angle) with m the
+// attention scaling, rounded to fp32 as on the CPU; with x1 = x[..., :d/2],
 // x2 = x[..., d/2:]: forward (x1, x2) <- (x1 c - x2 s, x2 c + x1 s); the
-// backward uses -s (the transposed rotation). One thread per (t, i) pair
-// rotates that pair in every head.
+// backward uses -s (the transposed map). One thread per (t, i) pair rotates
+// that pair in every head. The table travels by value in the launch.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
@@ -13,16 +14,17 @@ namespace sbp::cuda {
 namespace {
 
 __global__ void RopeKernel(Out x, int64_t rows, int64_t heads, int64_t d, int64_t offset,
-                           double theta, float sign) {
+                           RopeFreqs freqs, double sign) {
   const int64_t half = d / 2;
   const int64_t pairs = rows * half;
+  const double cos_scale = freqs.attention_scaling;
+  const double sin_scale = sign * freqs.attention_scaling;
   for (int64_t idx = GlobalThread(); idx < pairs; idx += GridStride()) {
     const int64_t t = idx / half, i = idx % half;
-    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
     double sin_d, cos_d;
-    sincos(static_cast<double>(offset + t) * inv_freq, &sin_d, &cos_d);
-    const float c = static_cast<float>(cos_d);
-    const float s = sign * static_cast<float>(sin_d);
+    sincos(static_cast<double>(offset + t) * freqs.inv_freq[i], &sin_d, &cos_d);
+    const float c = static_cast<float>(cos_scale * cos_d);
+    const float s = static_cast<float>(sin_scale * sin_d);
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t i1 = (t * heads + h) * d + i, i2 = i1 + half;
       const float a = Load(x, i1), b = Load(x, i2);
@@ -35,11 +37,11 @@ __global__ void RopeKernel(Out x, int64_t rows, int64_t heads, int64_t d, int64_
 }  // namespace
 
 void LaunchRope(cudaStream_t stream, Out x, int64_t rows, int64_t heads, int64_t d,
-                int64_t position_offset, double theta, bool backward) {
+                int64_t position_offset, const RopeFreqs& freqs, bool backward) {
   const int64_t pairs = rows * (d / 2);
   if (pairs == 0 || heads == 0) return;
-  RopeKernel<<<GridFor(pairs), kThreads, 0, stream>>>(x, rows, heads, d, position_offset, theta,
-                                                      backward ? -1.0f : 1.0f);
+  RopeKernel<<<GridFor(pairs), kThreads, 0, stream>>>(x, rows, heads, d, position_offset, freqs,
+                                                      backward ? -1.0 : 1.0);
   CheckLaunch("RopeKernel", stream);
 }
 

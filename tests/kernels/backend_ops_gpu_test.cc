@@ -164,18 +164,27 @@ void AddRopeCases(std::vector<OpCase>& cases) {
     Shape shape;
     int64_t offset;
     double theta;
+    double attention_scaling;
   };
-  for (const RopeCase& r : {RopeCase{{11, 3, 32}, 5, 1e4}, RopeCase{{7, 2, 128}, 40000, 1e6},
-                            RopeCase{{4, 1, 16}, 0, 1e6}}) {
-    const std::string tag = ShapeString(r.shape) + "_offset" + std::to_string(r.offset);
+  for (const RopeCase& r :
+       {RopeCase{{11, 3, 32}, 5, 1e4, 1.0}, RopeCase{{7, 2, 128}, 40000, 1e6, 1.0},
+        RopeCase{{4, 1, 16}, 0, 1e6, 1.0}, RopeCase{{9, 2, 64}, 70000, 5e5, 1.1386}}) {
+    RopeTable table = PlainRopeTable(r.shape[2], r.theta);
+    table.attention_scaling = r.attention_scaling;
+    // A table that is not a plain power law (as llama3 / yarn scaling makes).
+    if (r.attention_scaling != 1.0) {
+      for (size_t i = 0; i < table.inv_freq.size(); i += 2) table.inv_freq[i] /= 8.0;
+    }
+    const std::string tag = ShapeString(r.shape) + "_offset" + std::to_string(r.offset) +
+                            (r.attention_scaling != 1.0 ? "_scaled" : "");
     for (bool backward : {false, true}) {
       cases.push_back({std::string(backward ? "rope_backward" : "rope_forward") + tag,
                        {OutArg("x", Kind::kAct, RandomTensor(r.shape, 21))},
-                       [r, backward](Backend& b, Args& a) {
+                       [r, table, backward](Backend& b, Args& a) {
                          if (backward) {
-                           b.RopeBackward(a["x"], r.offset, r.theta);
+                           b.RopeBackward(a["x"], r.offset, table);
                          } else {
-                           b.RopeForward(a["x"], r.offset, r.theta);
+                           b.RopeForward(a["x"], r.offset, table);
                          }
                          return 0.0;
                        }});

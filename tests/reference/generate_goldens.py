@@ -7,12 +7,15 @@ Usage (from the repository root):
   .venv/bin/python tests/reference/generate_goldens.py --verify          # regenerate, compare bytes
   .venv/bin/python tests/reference/generate_goldens.py --check-sbp build/bin/sbp
 
-For each preset (tiny-qwen3, tiny-llama, tiny-qwen2) it builds the REAL transformers model
+For each preset (tiny-qwen3, tiny-llama, tiny-qwen2, and tiny-llama3-rope /
+tiny-qwen3-yarn with scaled RoPE) it builds the REAL transformers model
 class (Qwen3ForCausalLM / LlamaForCausalLM / Qwen2ForCausalLM) in float32 with fixed seeds,
 saves it with save_pretrained(safe_serialization=True), reloads it from disk, converts it to
 float64 and computes the Hugging Face causal-LM loss of a small batch (position t predicts
 token t+1, labels -100 ignored, mean over all valid targets of the whole batch) and the
-gradient of that loss w.r.t. every parameter. See tests/reference/README.md for the files.
+gradient of that loss w.r.t. every parameter. It also writes rope-tables.json: the inverse
+frequencies and attention scaling that transformers' ROPE_INIT_FUNCTIONS give for a set of
+config.json files (linear, llama3, yarn, in every spelling). See tests/reference/README.md.
 
 --check-sbp PATH checks the sbp CLI against the committed goldens instead of writing them.
 """
@@ -21,6 +24,7 @@ import argparse
 import contextlib
 import copy
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -55,6 +59,17 @@ _COMMON = dict(
     pad_token_id=None,
     bos_token_id=None,
     eos_token_id=None,
+)
+
+# Smaller shapes for the scaled-RoPE presets (their files stay near 100 KiB each), run on a
+# longer batch: positions up to 63, twice original_max_position_embeddings (32), so that
+# every regime of the scaling is exercised (head_dim 16, theta 1e4: the pair wavelengths
+# 6.3, 19.9, 62.8, ... fall on both sides of 32/4 and 32).
+_SMALL = dict(
+    _COMMON,
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
 )
 
 PRESETS = {
@@ -98,6 +113,45 @@ PRESETS = {
             sliding_window=None,
         ),
     ),
+    "tiny-llama3-rope": dict(
+        model_class="LlamaForCausalLM",
+        config_class="LlamaConfig",
+        seed=1004,
+        batch="long",
+        config=dict(
+            _SMALL,
+            max_position_embeddings=256,
+            tie_word_embeddings=True,
+            # Llama 3.1's scaling over a 32-position original context: pair 0 (wavelength
+            # 6.3 < 32/4) is kept, pair 1 (19.9) is smoothed, the rest are divided by 8.
+            rope_parameters={"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0,
+                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 32},
+            rms_norm_eps=1e-5,
+            attention_bias=False,
+            mlp_bias=False,
+        ),
+    ),
+    "tiny-qwen3-yarn": dict(
+        model_class="Qwen3ForCausalLM",
+        config_class="Qwen3Config",
+        seed=1005,
+        batch="long",
+        config=dict(
+            _SMALL,
+            max_position_embeddings=128,
+            tie_word_embeddings=False,
+            # Qwen3's long-context setting (factor 4) over a 32-position original context:
+            # the ramp runs over pairs [0, 2] (pair 0 kept, 1 half, the rest interpolated),
+            # attention scaling 0.1 ln 4 + 1.
+            rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                             "original_max_position_embeddings": 32},
+            rms_norm_eps=1e-6,
+            attention_bias=False,
+            use_sliding_window=False,
+            sliding_window=None,
+        ),
+    ),
 }
 
 # The batch: (length, masked label positions). Labels equal input_ids except -100 at the
@@ -112,6 +166,16 @@ BATCH_LAYOUT = [
     (2, [0]),                                        # prompt 1: exactly one target
     (1, []),                                         # one token: no target at all
 ]
+
+# The scaled-RoPE presets' batch: a 64-token sequence (positions beyond the original 32;
+# prompt 5, interior span 40..47 across chunk boundaries) and shorter ones.
+BATCH_LAYOUT_LONG = [
+    (64, list(range(0, 5)) + list(range(40, 48))),
+    (37, [0, 1, 2, 20]),
+    (2, [0]),
+    (1, []),
+]
+BATCH_LAYOUTS = {"default": BATCH_LAYOUT, "long": BATCH_LAYOUT_LONG}
 
 IGNORE_INDEX = -100
 GRAD_TOLERANCE = 1e-5   # --check-sbp: normwise relative error per gradient tensor
@@ -132,11 +196,11 @@ def sha256_of(path):
     return h.hexdigest()
 
 
-def make_batch():
+def make_batch(layout="default", vocab_size=_COMMON["vocab_size"]):
     rng = np.random.Generator(np.random.PCG64(BATCH_SEED))
     batch = []
-    for length, masked in BATCH_LAYOUT:
-        ids = [int(t) for t in rng.integers(0, _COMMON["vocab_size"], size=length)]
+    for length, masked in BATCH_LAYOUTS[layout]:
+        ids = [int(t) for t in rng.integers(0, vocab_size, size=length)]
         labels = [IGNORE_INDEX if i in masked else t for i, t in enumerate(ids)]
         batch.append({"input_ids": ids, "labels": labels})
     return batch
@@ -250,12 +314,59 @@ def hf_loss_sanity(model, batch, result):
 # unpatched classes.
 
 
-def _rope64_forward(module):
-    cfg = module.config
-    theta = float(cfg.rope_parameters["rope_theta"])
+def rope_table64(cfg):
+    """The inverse frequencies and attention scaling of cfg.rope_parameters in float64 (our own
+    statement of the formulas in transformers' modeling_rope_utils.py, which computes them in
+    float32); used for the precision study and checked against transformers below."""
+    params = cfg.rope_parameters
+    kind = params["rope_type"]
+    theta = float(params["rope_theta"])
     dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    scaling = float(module.attention_scaling)
+    inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    scaling = 1.0
+    if kind == "linear":
+        inv = inv / params["factor"]
+    elif kind == "llama3":
+        factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+        original = params["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = (original / wavelen - low) / (high - low)
+        medium = (1 - smooth) * inv / factor + smooth * inv
+        inv = torch.where(wavelen > original / low, inv / factor,
+                          torch.where(wavelen < original / high, inv, medium))
+    elif kind == "yarn":
+        factor = params.get("factor") or cfg.max_position_embeddings / params[
+            "original_max_position_embeddings"]
+        original = params["original_max_position_embeddings"]
+
+        def correction_dim(rotations):
+            return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+        lo = correction_dim(params.get("beta_fast") or 32)
+        hi = correction_dim(params.get("beta_slow") or 1)
+        if params.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+        inv = inv / factor * ramp + inv * (1 - ramp)
+
+        def mscale(m):
+            return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+        if params.get("attention_factor") is not None:
+            scaling = params["attention_factor"]
+        elif params.get("mscale") and params.get("mscale_all_dim"):
+            scaling = mscale(params["mscale"]) / mscale(params["mscale_all_dim"])
+        else:
+            scaling = mscale(1)
+    else:
+        assert kind == "default", kind
+    return inv, float(scaling)
+
+
+def _rope64_forward(module):
+    inv_freq, scaling = rope_table64(module.config)
+    assert math.isclose(scaling, float(module.attention_scaling), rel_tol=1e-12)
 
     def forward(x, position_ids):
         freqs = position_ids[..., None].to(torch.float64) * inv_freq
@@ -354,7 +465,7 @@ def generate_preset(preset, out_root):
         assert model.lm_head.weight is model.model.embed_tokens.weight
     model = model.double()
 
-    batch = make_batch()
+    batch = make_batch(spec.get("batch", "default"), spec["config"]["vocab_size"])
     write_batch(os.path.join(out, "batch.jsonl"), batch)
 
     base = loss_and_grads(model, batch)
@@ -404,8 +515,141 @@ def generate_preset(preset, out_root):
     return golden
 
 
+# ---------------------------------------------------------------------------------------------
+# RoPE tables: what transformers computes from config.json for each scaling and spelling.
+
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def published_config(name):
+    with open(os.path.join(CONFIGS_DIR, name + ".json")) as f:
+        return json.load(f)
+
+
+def _with(config, drop=(), **fields):
+    out = {k: copy.deepcopy(v) for k, v in config.items() if k not in drop}
+    out.update(copy.deepcopy(fields))
+    return out
+
+
+def rope_table_cases():
+    """(name, config.json object). Every spelling the engine reads: transformers 4.x
+    `rope_scaling` with "rope_type" or the older "type" and a top-level rope_theta, and
+    transformers 5 `rope_parameters` with rope_theta inside."""
+    llama31 = published_config("llama-3.1-8b-instruct")
+    qwen3_yarn = published_config("qwen3-8b-yarn")
+    qwen3 = _with(qwen3_yarn, rope_scaling=None)
+    yarn = qwen3_yarn["rope_scaling"]
+    cases = [
+        ("llama-3.1-8b-instruct", llama31),
+        ("llama-3.2-1b-instruct", published_config("llama-3.2-1b-instruct")),
+        ("llama-3.2-3b-instruct", published_config("llama-3.2-3b-instruct")),
+        ("qwen3-8b-yarn", qwen3_yarn),
+        ("qwen3-8b-yarn-old-type-key",
+         _with(qwen3, rope_scaling={"type": "yarn", "factor": 4.0,
+                                    "original_max_position_embeddings": 32768})),
+        ("qwen3-8b-yarn-rope-parameters",
+         _with(qwen3, drop=("rope_theta", "rope_scaling"),
+               rope_parameters=dict(yarn, rope_theta=1000000.0))),
+        ("yarn-betas-no-truncate",
+         _with(qwen3, rope_scaling=dict(yarn, beta_fast=16.0, beta_slow=2.0, truncate=False))),
+        ("yarn-zero-betas-mean-defaults",
+         _with(qwen3, rope_scaling=dict(yarn, beta_fast=0, beta_slow=0))),
+        ("yarn-attention-factor", _with(qwen3, rope_scaling=dict(yarn, attention_factor=0.85))),
+        ("yarn-mscale", _with(qwen3, rope_scaling=dict(yarn, factor=40.0, mscale=0.707,
+                                                      mscale_all_dim=1.0))),
+        ("yarn-factor-null-is-the-length-ratio",
+         _with(qwen3, max_position_embeddings=131072, rope_scaling=dict(yarn, factor=None))),
+        ("yarn-factor-below-one", _with(qwen3, rope_scaling=dict(yarn, factor=0.5))),
+        ("llama3-top-level-original-wins",
+         _with(llama31, original_max_position_embeddings=4096)),
+        ("llama3-original-defaults-to-max-positions",
+         _with(llama31, max_position_embeddings=16384, rope_scaling={
+             k: v for k, v in llama31["rope_scaling"].items()
+             if k != "original_max_position_embeddings"})),
+        ("llama3-rope-parameters",
+         _with(llama31, drop=("rope_theta", "rope_scaling"),
+               rope_parameters=dict(llama31["rope_scaling"], rope_theta=500000.0))),
+        ("linear-old-type-key", _with(llama31, rope_theta=10000.0,
+                                      rope_scaling={"type": "linear", "factor": 2.0})),
+        ("linear-rope-parameters",
+         _with(qwen3, drop=("rope_theta",),
+               rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6})),
+        ("rope-type-wins-over-type",
+         _with(qwen3, rope_scaling={"type": "yarn", "rope_type": "linear", "factor": 3.0})),
+        ("rope-scaling-wins-over-rope-parameters",
+         _with(qwen3, rope_theta=250000.0, rope_scaling=yarn,
+               rope_parameters={"rope_type": "default", "rope_theta": 7.0})),
+        ("empty-rope-scaling-falls-back",
+         _with(qwen3, drop=("rope_theta",), rope_scaling={},
+               rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5})),
+        ("default", qwen3),
+    ]
+    for preset in ("tiny-llama3-rope", "tiny-qwen3-yarn"):
+        spec = PRESETS[preset]
+        config = dict(spec["config"], architectures=[spec["model_class"]],
+                      model_type=spec["model_class"][:-len("ForCausalLM")].lower())
+        cases.append((preset, config))
+    return cases
+
+
+def rotary_class(config):
+    module = importlib.import_module(f"transformers.models.{config.model_type}."
+                                     f"modeling_{config.model_type}")
+    prefix = type(config).__name__[:-len("Config")]
+    return getattr(module, prefix + "RotaryEmbedding")
+
+
+def generate_rope_tables(out_root):
+    """rope-tables.json: for every case, the inverse frequencies and attention scaling that the
+    model class's rotary embedding holds (== ROPE_INIT_FUNCTIONS[rope_type](config), asserted),
+    as transformers computes them (float32 frequencies, double scaling)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    cases = []
+    with tempfile.TemporaryDirectory(prefix="sbp-rope-") as tmp:
+        for name, config_json in rope_table_cases():
+            path = os.path.join(tmp, name)
+            os.makedirs(path)
+            with open(os.path.join(path, "config.json"), "w") as f:
+                json.dump(config_json, f)
+            config = transformers.AutoConfig.from_pretrained(path)
+            rotary = rotary_class(config)(config)
+            inv_freq = rotary.inv_freq.to(torch.float32)
+            kind = config.rope_parameters["rope_type"]
+            if kind != "default":
+                fn_inv, fn_scaling = ROPE_INIT_FUNCTIONS[kind](copy.deepcopy(config))
+                assert torch.equal(fn_inv, inv_freq), name
+                assert fn_scaling == rotary.attention_scaling, name
+            ours, scaling = rope_table64(config)
+            rel = float(((ours - inv_freq.double()) / ours).abs().max())
+            assert rel < 1e-6 and math.isclose(scaling, rotary.attention_scaling,
+                                               rel_tol=1e-12), (name, rel, scaling)
+            cases.append({
+                "name": name,
+                "config": config_json,
+                "rope_type": kind,
+                "head_dim": 2 * len(inv_freq),
+                "inv_freq": [float(x) for x in inv_freq],
+                "attention_scaling": float(rotary.attention_scaling),
+            })
+    out = {
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "source": ("for each config.json: <Model>RotaryEmbedding(AutoConfig.from_pretrained(dir)) "
+                   ".inv_freq (float32, as transformers computes it) and .attention_scaling; "
+                   "equal to ROPE_INIT_FUNCTIONS[rope_type](config)"),
+        "cases": cases,
+    }
+    with open(os.path.join(out_root, "rope-tables.json"), "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    return out
+
+
 def generate_all(out_root):
     os.makedirs(out_root, exist_ok=True)
+    tables = generate_rope_tables(out_root)
+    print(f"rope-tables.json: {len(tables['cases'])} configs")
     summary = {}
     for preset in PRESETS:
         g = generate_preset(preset, out_root)

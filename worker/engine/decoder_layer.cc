@@ -18,8 +18,9 @@ void AccumWeightGrad(Backend& b, const Tensor& dy, const Tensor& x, Tensor& dw) 
 
 }  // namespace
 
-DecoderLayer::DecoderLayer(const ModelConfig& config, Backend& backend)
+DecoderLayer::DecoderLayer(const ModelConfig& config, const RopeTable& rope, Backend& backend)
     : config_(config),
+      rope_(rope),
       backend_(backend),
       eps_(static_cast<float>(config.rms_norm_eps)),
       scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(config.head_dim)))) {}
@@ -36,7 +37,7 @@ void DecoderLayer::KvForward(const LayerWeights& w, const ChunkActivations& a, i
   LoraForward(b, w.lora.k_proj, w.lora.scale, a.xn, a.lora_u, k_out);
   if (w.k_bias.defined()) b.AddBias(k_out, w.k_bias);
   if (config_.qk_norm) b.RmsNormForward(kv_rows.k_pre, w.k_norm, eps_, kv_rows.k, &kv_rows.k_rstd);
-  b.RopeForward(kv_rows.k, begin, config_.rope_theta);
+  b.RopeForward(kv_rows.k, begin, rope_);
   Tensor v_out = Flat(kv_rows.v);
   b.MatmulXWt(a.xn, w.v_proj, v_out, /*accumulate=*/false);
   LoraForward(b, w.lora.v_proj, w.lora.scale, a.xn, a.lora_u, v_out);
@@ -52,7 +53,7 @@ void DecoderLayer::ChunkForward(const LayerWeights& w, const Tensor& x_rows, int
   LoraForward(b, w.lora.q_proj, w.lora.scale, a.xn, a.lora_u, q_out);
   if (w.q_bias.defined()) b.AddBias(q_out, w.q_bias);
   if (config_.qk_norm) b.RmsNormForward(a.q_pre, w.q_norm, eps_, a.q, &a.q_rstd);
-  b.RopeForward(a.q, begin, config_.rope_theta);
+  b.RopeForward(a.q, begin, rope_);
   Tensor attn = Heads(a.attn, hq, d);
   b.AttentionForward(a.q, kv.k, kv.v, begin, scale_, attn, &a.lse);
   // h = x + attn Wo^T
@@ -109,7 +110,7 @@ void DecoderLayer::ChunkBackward(const LayerWeights& w, const Tensor& x_rows, in
   LoraBackwardInput(b, lw.o_proj, a.lora_t, a.d_attn);
   b.AttentionBackward(a.q, kv.k, kv.v, Heads(a.attn, hq, d), Heads(a.d_attn, hq, d), a.lse, begin,
                       scale_, a.dq, kv_grads.dk, kv_grads.dv);
-  b.RopeBackward(a.dq, begin, config_.rope_theta);
+  b.RopeBackward(a.dq, begin, rope_);
   if (config_.qk_norm) b.RmsNormBackward(a.q_pre, w.q_norm, a.q_rstd, a.dq, a.dq, g.q_norm);
   Tensor dq = Flat(a.dq);
   if (g.q_bias.defined()) b.BiasBackward(dq, g.q_bias);
@@ -123,10 +124,10 @@ void DecoderLayer::ChunkBackward(const LayerWeights& w, const Tensor& x_rows, in
 }
 
 void DecoderLayer::KvBackward(const LayerWeights& w, const Tensor& x_rows, int64_t begin,
-                              const KvBuffers& kv_rows, KvGrads& kv_grad_rows,
-                              ChunkActivations& a, Tensor& dx_rows, LayerWeights& g) {
+                              const KvBuffers& kv_rows, KvGrads& kv_grad_rows, ChunkActivations& a,
+                              Tensor& dx_rows, LayerWeights& g) {
   Backend& b = backend_;
-  b.RopeBackward(kv_grad_rows.dk, begin, config_.rope_theta);
+  b.RopeBackward(kv_grad_rows.dk, begin, rope_);
   if (config_.qk_norm) {
     b.RmsNormBackward(kv_rows.k_pre, w.k_norm, kv_rows.k_rstd, kv_grad_rows.dk, kv_grad_rows.dk,
                       g.k_norm);

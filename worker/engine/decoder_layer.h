@@ -32,7 +32,8 @@ namespace sbp {
 
 class DecoderLayer {
  public:
-  DecoderLayer(const ModelConfig& config, Backend& backend);
+  // `rope` is the model's rotary table (ModelConfig::rope_table), kept by reference.
+  DecoderLayer(const ModelConfig& config, const RopeTable& rope, Backend& backend);
 
   // a.xn, a.x_rstd <- RMSNorm of x_rows.
   void InputNorm(const LayerWeights& w, const Tensor& x_rows, ChunkActivations& a);
@@ -61,6 +62,7 @@ class DecoderLayer {
 
  private:
   const ModelConfig& config_;
+  const RopeTable& rope_;
   Backend& backend_;
   float eps_;
   float scale_;  // 1/sqrt(head_dim)

@@ -82,7 +82,7 @@ int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens, DeviceK
 }
 
 Engine::Engine(const ModelConfig& config, Backend& backend, EngineOptions options)
-    : config_(config), backend_(backend), options_(options) {}
+    : config_(config), rope_(config_.rope_table()), backend_(backend), options_(options) {}
 
 Engine::ChunkPlan Engine::PlanChunks(int64_t tokens, bool training) const {
   ChunkPlan plan{tokens, tokens, tokens};
@@ -153,7 +153,7 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
   Backend& b = backend_;
   const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/false);
   const int64_t T = plan.tokens, H = config_.hidden_size;
-  DecoderLayer layer(config_, b);
+  DecoderLayer layer(config_, rope_, b);
   // Two hidden-state buffers alternate between layer input and output.
   ASSIGN_OR_RETURN(Tensor x, Make(b, {T, H}, "hidden states"));
   ASSIGN_OR_RETURN(Tensor y, Make(b, {T, H}, "hidden states"));
@@ -189,7 +189,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   const int L = static_cast<int>(config_.num_hidden_layers);
   const bool keep_all = options_.mode == BackwardMode::kFull;
   const int64_t lora_rank = LoraRank(weights);
-  DecoderLayer layer(config_, b);
+  DecoderLayer layer(config_, rope_, b);
 
   // Layer inputs (checkpoints): hidden[l] is the input of layer l, hidden[L]
   // the final hidden state.

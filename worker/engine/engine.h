@@ -121,6 +121,7 @@ class Engine {
                                              ModelTensors* grads, const Tensor& discard);
 
   const ModelConfig config_;
+  const RopeTable rope_;  // computed once from config_
   Backend& backend_;
   EngineOptions options_;
   GradientSink* sink_ = nullptr;

@@ -51,6 +51,9 @@ class FieldReader {
     return it == object_.end() || it->is_null() ? nullptr : &*it;
   }
 
+  const Json& object() const { return object_; }
+  absl::string_view source() const { return source_; }
+
   absl::Status Error(absl::string_view key, absl::string_view what) const {
     return absl::InvalidArgumentError(absl::StrCat(source_, ": field '", key, "' ", what));
   }
@@ -206,37 +209,6 @@ absl::StatusOr<Architecture> DetectArchitecture(const FieldReader& fields) {
   return fields.Error("neither 'architectures' nor 'model_type' names the model class");
 }
 
-// rope_scaling / rope_parameters: absent, null or {"rope_type": "default", ...}.
-// Returns the rope_theta it carries, if any.
-absl::StatusOr<std::optional<double>> CheckRopeObject(const FieldReader& fields,
-                                                      absl::string_view key) {
-  const Json* rope = fields.Get(key);
-  if (rope == nullptr) return std::optional<double>();
-  if (!rope->is_object()) {
-    return fields.Error(key, absl::StrCat("must be an object or null (got ", Describe(*rope), ")"));
-  }
-  std::string type = "default";
-  for (const char* type_key : {"rope_type", "type"}) {
-    auto it = rope->find(type_key);
-    if (it != rope->end() && it->is_string()) type = it->get<std::string>();
-  }
-  if (type != "default") {
-    return fields.Error(key, absl::StrCat("has rope_type '", type,
-                                          "'; RoPE scaling is not supported (only plain RoPE)"));
-  }
-  for (const char* factor_key : {"factor", "partial_rotary_factor"}) {
-    auto it = rope->find(factor_key);
-    if (it != rope->end() && !it->is_null() && !(it->is_number() && it->get<double>() == 1.0)) {
-      return fields.Error(key, absl::StrCat("sets '", factor_key, "' = ", Describe(*it),
-                                            "; RoPE scaling is not supported"));
-    }
-  }
-  auto theta = rope->find("rope_theta");
-  if (theta == rope->end() || theta->is_null()) return std::optional<double>();
-  ASSIGN_OR_RETURN(double value, fields.AsNumber(absl::StrCat(key, ".rope_theta"), *theta));
-  return std::optional<double>(value);
-}
-
 absl::Status CheckUnsupported(const FieldReader& fields, Architecture architecture) {
   for (const char* key : {"num_experts", "num_local_experts", "n_routed_experts"}) {
     if (const Json* value = fields.Get(key)) {
@@ -317,20 +289,16 @@ absl::StatusOr<ModelConfig> ParseFields(const FieldReader& fields) {
     ASSIGN_OR_RETURN(c.head_dim, fields.Size("head_dim", std::nullopt, kMaxDim));
   }
   ASSIGN_OR_RETURN(c.rms_norm_eps, fields.Number("rms_norm_eps", 1e-6));
-  ASSIGN_OR_RETURN(c.rope_theta, fields.Number("rope_theta", 10000.0));
-  ASSIGN_OR_RETURN(std::optional<double> scaling_theta, CheckRopeObject(fields, "rope_scaling"));
-  ASSIGN_OR_RETURN(std::optional<double> params_theta, CheckRopeObject(fields, "rope_parameters"));
-  // transformers 5 keeps rope_theta inside rope_parameters.
-  if (params_theta.has_value()) {
-    c.rope_theta = *params_theta;
-  } else if (scaling_theta.has_value()) {
-    c.rope_theta = *scaling_theta;
-  }
   ASSIGN_OR_RETURN(c.tie_word_embeddings, fields.Bool("tie_word_embeddings", false));
   c.attention_bias = c.architecture == Architecture::kQwen2;
   c.qk_norm = c.architecture == Architecture::kQwen3;
   ASSIGN_OR_RETURN(c.max_position_embeddings,
                    fields.Size("max_position_embeddings", is_llama ? 2048 : 32768, kMaxPositions));
+  // rope_theta and the scaling: top level, rope_scaling or (transformers 5) rope_parameters.
+  ASSIGN_OR_RETURN(RopeSettings rope,
+                   ParseRopeSettings(fields.object(), c.max_position_embeddings, fields.source()));
+  c.rope_theta = rope.theta;
+  c.rope_scaling = rope.scaling;
   // transformers >= 4.56 writes "dtype", older versions "torch_dtype".
   if (fields.Has("dtype")) {
     ASSIGN_OR_RETURN(c.torch_dtype, fields.String("dtype", std::nullopt));
@@ -393,6 +361,35 @@ ModelConfig Qwen3Shape(int64_t vocab, int64_t hidden, int64_t layers, int64_t he
   return c;
 }
 
+// Llama 3.1 / 3.2 as published (meta-llama/Llama-3.x-*-Instruct config.json):
+// vocab 128256, theta 500000, llama3 RoPE scaling over 8192 positions
+// (low 1, high 4) up to 131072.
+ModelConfig Llama3Shape(int64_t hidden, int64_t layers, int64_t heads, int64_t head_dim,
+                        int64_t intermediate, bool tied, double rope_factor) {
+  ModelConfig c;
+  c.architecture = Architecture::kLlama;
+  c.vocab_size = 128256;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = 8;
+  c.head_dim = head_dim;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0;
+  c.rope_scaling.type = RopeType::kLlama3;
+  c.rope_scaling.factor = rope_factor;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  c.tie_word_embeddings = tied;
+  c.max_position_embeddings = 131072;
+  c.torch_dtype = "bfloat16";
+  c.bos_token_id = 128000;
+  c.eos_token_ids = {128001, 128008, 128009};
+  return c;
+}
+
 std::vector<std::pair<std::string, ModelConfig>> Presets() {
   std::vector<std::pair<std::string, ModelConfig>> presets;
   ModelConfig qwen3 = TinyShape(Architecture::kQwen3);
@@ -418,6 +415,9 @@ std::vector<std::pair<std::string, ModelConfig>> Presets() {
   presets.emplace_back("qwen3-8b", Qwen3Shape(151936, 4096, 36, 32, 8, 128, 12288, false));
   presets.emplace_back("qwen3-14b", Qwen3Shape(151936, 5120, 40, 40, 8, 128, 17408, false));
   presets.emplace_back("qwen3-32b", Qwen3Shape(151936, 5120, 64, 64, 8, 128, 25600, false));
+  presets.emplace_back("llama3.1-8b", Llama3Shape(4096, 32, 32, 128, 14336, false, 8.0));
+  presets.emplace_back("llama3.2-1b", Llama3Shape(2048, 16, 32, 64, 8192, true, 32.0));
+  presets.emplace_back("llama3.2-3b", Llama3Shape(3072, 28, 24, 128, 8192, true, 32.0));
   return presets;
 }
 
@@ -549,6 +549,7 @@ absl::Status ValidateModelConfig(const ModelConfig& c, absl::string_view source_
   if (c.head_dim % 2 != 0) {
     return error("head_dim", absl::StrCat("must be even for RoPE (got ", c.head_dim, ")"));
   }
+  RETURN_IF_ERROR(ValidateRopeScaling(c.rope_scaling, source_name));
   if (c.qk_norm != (c.architecture == Architecture::kQwen3)) {
     return error("qk_norm", "must be set exactly for Qwen3");
   }
@@ -592,9 +593,16 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["initializer_range"] = 0.02;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = nullptr;
-  // transformers 5 reads rope_theta from here; 4.x keeps it as a plain attribute.
-  j["rope_parameters"] = Ordered{{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+  // transformers 4.x reads rope_scaling (and the top-level rope_theta); 5.x
+  // takes a non-empty rope_scaling, else rope_parameters with rope_theta inside.
+  Ordered rope = RopeScalingToJson(c.rope_scaling);
+  if (c.rope_scaling.type == RopeType::kDefault) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    j["rope_scaling"] = rope;
+  }
+  rope["rope_theta"] = c.rope_theta;
+  j["rope_parameters"] = rope;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   if (c.architecture != Architecture::kQwen2) j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;

@@ -3,10 +3,11 @@
 // (names, shapes and order exactly as Hugging Face stores them).
 //
 // Supported: dense decoder-only models with RMSNorm, SwiGLU (silu) MLP without
-// bias, plain RoPE (no scaling) and full causal attention (no sliding window).
-// Qwen2 always has q/k/v bias; Qwen3 has per-head q/k RMSNorm. Anything else
-// (MoE, rope_scaling, sliding window, mlp_bias, attention_bias on Llama/Qwen3,
-// which in Hugging Face also puts a bias on o_proj) is rejected when parsed.
+// bias, RoPE plain or scaled (linear, llama3, yarn: rope_scaling.h) and full
+// causal attention (no sliding window). Qwen2 always has q/k/v bias; Qwen3 has
+// per-head q/k RMSNorm. Anything else (MoE, dynamic/longrope RoPE, partial
+// rotary, sliding window, mlp_bias, attention_bias on Llama/Qwen3, which in
+// Hugging Face also puts a bias on o_proj) is rejected when parsed.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/rope_table.h"
 #include "kernels/tensor.h"
+#include "worker/model/rope_scaling.h"
 
 namespace sbp {
 
@@ -38,6 +41,7 @@ struct ModelConfig {
   int64_t head_dim = 0;             // d (need not be H / Hq)
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;  // default: plain RoPE
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // bias on q/k/v projections (Qwen2: always)
   bool qk_norm = false;         // per-head RMSNorm of q and k (Qwen3: always)
@@ -48,6 +52,8 @@ struct ModelConfig {
 
   int64_t q_dim() const { return num_attention_heads * head_dim; }   // Hq*d
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }  // Hkv*d
+  // The RoPE kernels' table (inverse frequencies, attention scaling).
+  RopeTable rope_table() const { return ComputeRopeTable(rope_scaling, rope_theta, head_dim); }
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -63,7 +69,8 @@ inline constexpr int64_t kMaxModelConfigBytes = int64_t{1} << 20;
 // ceiling, and the parameter count must stay under 2^42), inconsistent
 // sizes, or a feature this runtime does not support.
 // Fields Hugging Face defaults are defaulted the same way (head_dim: 128 for
-// Qwen3, hidden/heads otherwise; rope_theta 10000; rms_norm_eps 1e-6).
+// Qwen3, hidden/heads otherwise; rope_theta 10000; rms_norm_eps 1e-6). RoPE
+// settings are read as ParseRopeSettings (rope_scaling.h) describes.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text,
                                              absl::string_view source_name);
 // Reads and parses a config.json file: NotFound when it does not exist;
@@ -81,8 +88,9 @@ absl::Status ValidateModelConfig(const ModelConfig& config, absl::string_view so
 std::string ModelConfigToJson(const ModelConfig& config);
 
 // Named presets: tiny-qwen3, tiny-llama, tiny-qwen2, bench-qwen3, qwen3-0.6b,
-// qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b. NotFound (listing the
-// names) otherwise.
+// qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, llama3.1-8b,
+// llama3.2-1b, llama3.2-3b (the published shapes, with llama3 RoPE scaling).
+// NotFound (listing the names) otherwise.
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name);
 std::vector<std::string> PresetNames();
 

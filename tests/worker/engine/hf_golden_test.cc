@@ -1,11 +1,12 @@
 // The engine against Hugging Face transformers: loss, logits and every
 // parameter gradient of the tiny presets, computed by the real
 // Qwen3ForCausalLM / LlamaForCausalLM / Qwen2ForCausalLM classes in float64
-// (tests/reference/generate_goldens.py) and committed as small files.
+// (tests/reference/generate_goldens.py) and committed as small files. Two
+// of them scale RoPE (llama3, yarn) and run past their original context.
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "nlohmann/json.hpp"
 #include "tests/worker/engine/engine_test_util.h"
@@ -113,10 +114,13 @@ TEST_P(HfGoldenTest, LossLogitsAndGradientsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, HfGoldenTest,
-                         ::testing::Values("tiny-qwen3", "tiny-llama", "tiny-qwen2"),
+                         ::testing::Values("tiny-qwen3", "tiny-llama", "tiny-qwen2",
+                                           // scaled RoPE, positions beyond the original context
+                                           "tiny-llama3-rope", "tiny-qwen3-yarn"),
                          [](const auto& info) {
                            std::string name = info.param;
-                           for (char& c : name) if (c == '-') c = '_';
+                           for (char& c : name)
+                             if (c == '-') c = '_';
                            return name;
                          });
 

@@ -21,8 +21,8 @@ class NullBackend final : public Backend {
   void RmsNormForward(const Tensor&, const Tensor&, float, Tensor&, Tensor*) override {}
   void RmsNormBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
                        Tensor&) override {}
-  void RopeForward(Tensor&, int64_t, double) override {}
-  void RopeBackward(Tensor&, int64_t, double) override {}
+  void RopeForward(Tensor&, int64_t, const RopeTable&) override {}
+  void RopeBackward(Tensor&, int64_t, const RopeTable&) override {}
   void MatmulXWt(const Tensor&, const Tensor&, Tensor&, bool) override {}
   void MatmulDyW(const Tensor&, const Tensor&, Tensor&, bool) override {}
   void MatmulAccumDyTX(const Tensor&, const Tensor&, Tensor&) override {}
