@@ -76,6 +76,33 @@ TEST_F(EngineGpuTest, F32MatchesTheCpuInEveryMode) {
   }
 }
 
+// Scaled RoPE tables (llama3, yarn with its cos/sin scaling) reach the CUDA
+// kernels as they reach the CPU ones, at positions past the original context.
+TEST_F(EngineGpuTest, ScaledRopeMatchesTheCpu) {
+  ModelConfig llama = *PresetConfig("tiny-llama");
+  llama.rope_scaling.type = RopeType::kLlama3;
+  llama.rope_scaling.factor = 8.0;
+  llama.rope_scaling.original_max_position_embeddings = 16;
+  ModelConfig qwen3 = *PresetConfig("tiny-qwen3");
+  qwen3.rope_theta = 1e4;
+  qwen3.rope_scaling.type = RopeType::kYarn;
+  qwen3.rope_scaling.factor = 4.0;
+  qwen3.rope_scaling.original_max_position_embeddings = 16;
+  for (const ModelConfig& config : {llama, qwen3}) {
+    SCOPED_TRACE(std::string(RopeTypeName(config.rope_scaling.type)));
+    ASSERT_TRUE(ValidateModelConfig(config, "test").ok());
+    TestModel model(config, /*seed=*/3);
+    const std::vector<TokenSequence> batch = MakeBatch(config, {48, 13}, /*seed=*/5);
+    auto [reference, ref_result] = model.Gradients(batch, {BackwardMode::kFull, 0, 0});
+    for (const EngineOptions& options :
+         {EngineOptions{BackwardMode::kFull, 0, 0}, EngineOptions{BackwardMode::kStream, 7, 5}}) {
+      auto [grads, result] = GpuGradients(model, DType::kF32, batch, options);
+      EXPECT_NEAR(result.loss, ref_result.loss, 1e-5 * ref_result.loss);
+      ExpectGradientsClose(grads, reference, 1e-4, std::string(BackwardModeName(options.mode)));
+    }
+  }
+}
+
 // Normwise relative error of all gradients together, and the largest per tensor.
 struct GradError {
   double all = 0, worst = 0;
