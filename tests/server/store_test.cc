@@ -141,6 +141,9 @@ TEST(StoreTest, JobRoundTripAndPersistence) {
   job.progress.updated_at = Ms(1700000000999);
   job.started_at = Ms(1700000000500);
   job.active_at = Ms(1700000000999);
+  job.preemptions = 1;
+  job.preempted_by = "urgent-xyz789";
+  job.preempt_deadline = Ms(1700000060999);
   {
     auto store = MustOpen(path);
     ASSERT_NE(store, nullptr);
@@ -160,9 +163,15 @@ TEST(StoreTest, JobRoundTripAndPersistence) {
   job.state = JobState::kSucceeded;
   job.revision = 7;
   job.progress.loss = std::numeric_limits<double>::quiet_NaN();
+  job.preemptions = 2;
+  job.preempted_by.clear();
+  job.preempt_deadline = absl::UnixEpoch();
   ASSERT_TRUE(reopened->UpdateJob(job).ok());
   JobRecord updated = *reopened->GetJob(job.id);
   EXPECT_EQ(updated.state, JobState::kSucceeded);
+  EXPECT_EQ(updated.preemptions, 2);
+  EXPECT_EQ(updated.preempted_by, "");
+  EXPECT_EQ(updated.preempt_deadline, absl::UnixEpoch());
   EXPECT_EQ(updated.revision, 7);
   EXPECT_TRUE(std::isnan(updated.progress.loss));
   EXPECT_EQ(reopened->UpdateJob(MakeJob("missing")).code(), absl::StatusCode::kNotFound);
