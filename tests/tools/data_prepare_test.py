@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Tests of `sbp data prepare` (tools/data_prepare) on the shipped tokenizer.
+
+Token ids are checked against the Hugging Face `tokenizers` library applied
+directly to tokenizer.json; chat labels against the assistant mask that
+transformers itself derives from the template's {% generation %} markers
+(a different computation from the tool's prefix rendering). Shards are read
+back with an independent parser of the documented layout.
+
+Needs the data tools (scripts/bootstrap --data-tools) and a built sbp (the
+CLI path; $SBP_CLI, default build/bin/sbp). .ci/run runs it:
+    .venv-data/bin/python tests/tools/data_prepare_test.py
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.path.join(ROOT, "tools", "data_prepare", "sbp_data_prepare.py")
+TOKENIZER = os.path.join(ROOT, "tests", "tokenizer", "tiny-bpe")
+SBP = os.environ.get("SBP_CLI", os.path.join(ROOT, "build", "bin", "sbp"))
+
+from tokenizers import Tokenizer  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+RAW = Tokenizer.from_file(os.path.join(TOKENIZER, "tokenizer.json"))
+HF = AutoTokenizer.from_pretrained(TOKENIZER)
+EOS = RAW.token_to_id("<|im_end|>")
+
+TEXTS = ["Hello world!", "StreamBP trains long sequences.\nTwo lines, digits 12345.",
+         "  leading spaces and ünïcödé — ✓", "x"]
+CHATS = [
+    [{"role": "user", "content": "Reverse: red cat"},
+     {"role": "assistant", "content": "cat red"}],
+    [{"role": "system", "content": "You reverse words."},
+     {"role": "user", "content": "Reverse: sun moon"},
+     {"role": "assistant", "content": "moon sun"},
+     {"role": "user", "content": "And: a b c"},
+     {"role": "assistant", "content": "c b a"}],
+]
+
+
+def ids(text):
+    return RAW.encode(text, add_special_tokens=False).ids
+
+
+def run_tool(lines, *args, workers=1):
+    """(returncode, stdout, stderr, output path) of the tool on `lines`."""
+    tmp = tempfile.mkdtemp()
+    src = os.path.join(tmp, "in.jsonl")
+    with open(src, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+    out = os.path.join(tmp, "out")
+    p = subprocess.run([sys.executable, TOOL, src, "--tokenizer", TOKENIZER, "--out", out,
+                        "--workers", str(workers), "--no-progress", *args],
+                       capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr, out, src
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def read_shards(path):
+    """An independent reader of the layout in tools/data_prepare/token_shards.py."""
+    data = read_bytes(path)
+    magic, version, objective, token_bytes, flags, examples, spans, tokens = struct.unpack_from(
+        "<8sIIIIQQQ", data, 0)
+    assert magic == b"SBPSHARD" and version == 1 and flags == 0
+    pad = lambda n: (n + 7) // 8 * 8  # noqa: E731
+    at = 64
+    toks = struct.unpack_from("<%d%s" % (tokens, "H" if token_bytes == 2 else "I"), data, at)
+    at = pad(at + tokens * token_bytes)
+    example_spans = struct.unpack_from("<%dQ" % (examples + 1), data, at)
+    at += 8 * (examples + 1)
+    span_tokens = struct.unpack_from("<%dQ" % (spans + 1), data, at)
+    at += 8 * (spans + 1)
+    rewards = struct.unpack_from("<%dd" % spans, data, at)
+    at += 8 * spans
+    kinds = data[at:at + spans]
+    assert at + spans == len(data)
+    out = []
+    for e in range(examples):
+        out.append([(kinds[j], list(toks[span_tokens[j]:span_tokens[j + 1]]), rewards[j])
+                    for j in range(example_spans[e], example_spans[e + 1])])
+    return objective, out
+
+
+class TokenIdsTest(unittest.TestCase):
+    def test_text(self):
+        code, stdout, err, out, _ = run_tool([{"text": t} for t in TEXTS])
+        self.assertEqual(code, 0, err)
+        got = read_jsonl(out)
+        self.assertEqual([r["input_ids"] for r in got], [ids(t) for t in TEXTS])
+        summary = json.loads(stdout)
+        self.assertEqual(summary["format"], "text")
+        self.assertEqual(summary["examples"], len(TEXTS))
+        self.assertEqual(summary["tokens"], sum(len(ids(t)) for t in TEXTS))
+
+    def test_prompt_completion(self):
+        rows = [{"prompt": "Q: " + t, "completion": " A: " + t[::-1]} for t in TEXTS]
+        code, _, err, out, _ = run_tool(rows)
+        self.assertEqual(code, 0, err)
+        for row, got in zip(rows, read_jsonl(out)):
+            self.assertEqual(got["prompt_ids"], ids(row["prompt"]))
+            self.assertEqual(got["completion_ids"], ids(row["completion"]) + [EOS])
+
+    def test_dpo(self):
+        rows = [{"prompt": t, "chosen": " good", "rejected": " bad " + t} for t in TEXTS]
+        code, stdout, err, out, _ = run_tool(rows)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(stdout)["objective"], "dpo")
+        for row, got in zip(rows, read_jsonl(out)):
+            self.assertEqual(got["prompt_ids"], ids(row["prompt"]))
+            self.assertEqual(got["chosen_ids"], ids(row["chosen"]) + [EOS])
+            self.assertEqual(got["rejected_ids"], ids(row["rejected"]) + [EOS])
+
+    def test_grpo(self):
+        rows = [{"prompt": t, "completions": [{"text": " one", "reward": 1.0},
+                                              {"text": " two " + t, "reward": -0.5}]}
+                for t in TEXTS]
+        code, stdout, err, out, _ = run_tool(rows)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(stdout)["objective"], "grpo")
+        for row, got in zip(rows, read_jsonl(out)):
+            self.assertEqual(got["prompt_ids"], ids(row["prompt"]))
+            self.assertEqual([c["ids"] for c in got["completions"]],
+                             [ids(c["text"]) + [EOS] for c in row["completions"]])
+            self.assertEqual([c["reward"] for c in got["completions"]], [1.0, -0.5])
+
+    def test_no_eos(self):
+        code, _, err, out, _ = run_tool([{"prompt": "a", "completion": "b"}], "--no-eos")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(read_jsonl(out)[0]["completion_ids"], ids("b"))
+
+
+class ChatTest(unittest.TestCase):
+    def test_ids_and_assistant_labels(self):
+        code, stdout, err, out, _ = run_tool([{"messages": m} for m in CHATS])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(stdout)["format"], "chat")
+        for messages, got in zip(CHATS, read_jsonl(out)):
+            rendered = HF.apply_chat_template(messages, tokenize=False)
+            expected_ids = RAW.encode(rendered, add_special_tokens=False).ids
+            self.assertEqual(got["input_ids"], expected_ids)
+            # Independent: transformers' own mask from the {% generation %} markers.
+            mask = HF.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                          return_assistant_tokens_mask=True)["assistant_masks"]
+            expected = [i if m else -100 for i, m in zip(expected_ids, mask)]
+            self.assertEqual(got["labels"], expected)
+            self.assertGreater(sum(mask), 0)
+            # Each assistant turn's labels decode to its content and the end of turn.
+            trained = RAW.decode([i for i in got["labels"] if i != -100],
+                                 skip_special_tokens=False)
+            answers = "".join(m["content"] + "<|im_end|>\n" for m in messages
+                              if m["role"] == "assistant")
+            self.assertEqual(trained, answers)
+
+    def test_conversation_without_assistant_is_dropped(self):
+        rows = [{"messages": CHATS[0]}, {"messages": CHATS[0][:1]}]
+        code, stdout, err, out, _ = run_tool(rows)
+        self.assertEqual(code, 0, err)
+        summary = json.loads(stdout)
+        self.assertEqual((summary["examples"], summary["dropped"]), (1, 1))
+        self.assertEqual(len(read_jsonl(out)), 1)
+
+
+class ShardsTest(unittest.TestCase):
+    def test_shards_hold_the_jsonl_examples(self):
+        rows = [{"messages": m} for m in CHATS]
+        code, _, err, jsonl, _ = run_tool(rows)
+        self.assertEqual(code, 0, err)
+        code, _, err, shard, _ = run_tool(rows, "--shards")
+        self.assertEqual(code, 0, err)
+        objective, examples = read_shards(shard)
+        self.assertEqual(objective, 0)
+        for spans, row in zip(examples, read_jsonl(jsonl)):
+            self.assertEqual(sum((s[1] for s in spans), []), row["input_ids"])
+            labels = sum((s[1] if s[0] == 1 else [-100] * len(s[1]) for s in spans), [])
+            self.assertEqual(labels, row["labels"])
+
+    def test_grpo_shards_keep_rewards(self):
+        rows = [{"prompt": "p", "completions": [{"text": "a", "reward": 0.25},
+                                                {"text": "b", "reward": 2}]}]
+        code, _, err, shard, _ = run_tool(rows, "--shards")
+        self.assertEqual(code, 0, err)
+        objective, examples = read_shards(shard)
+        self.assertEqual(objective, 2)
+        self.assertEqual([(k, r) for k, _, r in examples[0]], [(0, 0.0), (5, 0.25), (5, 2.0)])
+
+
+class OptionsTest(unittest.TestCase):
+    def test_max_seq_len_truncates_and_drops(self):
+        long = "word " * 40
+        rows = [{"prompt": "short", "completion": long}, {"prompt": long, "completion": "x"},
+                {"prompt": "ok", "completion": "y"}]
+        code, stdout, err, out, _ = run_tool(rows, "--max-seq-len", "8")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(stdout)
+        self.assertEqual((summary["examples"], summary["truncated"], summary["dropped"]),
+                         (2, 1, 1))
+        got = read_jsonl(out)
+        self.assertEqual(got[0]["prompt_ids"], ids("short"))
+        self.assertEqual(len(got[0]["prompt_ids"]) + len(got[0]["completion_ids"]), 8)
+
+    def test_workers_keep_the_order(self):
+        rows = [{"text": "line %d %s" % (i, "z" * (i % 7))} for i in range(300)]
+        code, _, err, one, _ = run_tool(rows, workers=1)
+        self.assertEqual(code, 0, err)
+        code, _, err, many, _ = run_tool(rows, workers=3)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(read_bytes(one), read_bytes(many))
+
+    def test_malformed_lines_name_file_and_line(self):
+        for rows, message in (
+                ([{"text": "a"}, "{not json"], ":2: not valid JSON"),
+                ([{"text": "a"}, {"text": 3}], ":2: field 'text' must be a string, got int"),
+                ([{"messages": [{"role": "user"}]}], ":1: messages[0] must be an object"),
+                ([{"prompt": "p", "completions": [{"text": "a", "reward": "high"}]}],
+                 ":1: completions[0].reward must be a finite number"),
+                ([{"unknown": 1}], "cannot tell the format")):
+            code, _, err, out, src = run_tool(rows)
+            self.assertEqual(code, 2, err)
+            self.assertIn(message, err)
+            self.assertFalse(os.path.exists(out), "nothing half-written")
+            if message.startswith(":"):
+                self.assertIn(src + message, err)
+
+    def test_format_can_be_forced(self):
+        code, _, err, _, src = run_tool([{"prompt": "p", "completion": "c"}], "--format", "text")
+        self.assertEqual(code, 2)
+        self.assertIn(src + ":1: missing field 'text'", err)
+
+
+class CliTest(unittest.TestCase):
+    """`sbp data prepare` finds the tool and runs it with this Python."""
+
+    def test_cli_forwards_to_the_tool(self):
+        self.assertTrue(os.access(SBP, os.X_OK), "build sbp first (or set $SBP_CLI): " + SBP)
+        tmp = tempfile.mkdtemp()
+        out = os.path.join(tmp, "chat.shard")
+        env = dict(os.environ, SBP_PYTHON=sys.executable)
+        p = subprocess.run([SBP, "data", "prepare", "--tokenizer", TOKENIZER, "--shards",
+                            os.path.join(ROOT, "examples", "data", "tiny-chat.jsonl"),
+                            "--out", out, "--no-progress"], capture_output=True, text=True,
+                           env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # The committed example was written by this tool from the same input.
+        self.assertEqual(read_bytes(out),
+                         read_bytes(os.path.join(ROOT, "examples", "data", "tiny-chat.shard")))
+        p = subprocess.run([SBP, "data", "prepare", "--tokenizer", TOKENIZER,
+                            os.path.join(tmp, "missing.jsonl"), "--out", out],
+                           capture_output=True, text=True, env=env)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("missing.jsonl: no such file", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
