@@ -774,6 +774,46 @@ def grad_argv(sbp, model_dir, data, out):
             "--chunk-tokens", "5", "--logits-chunk-tokens", "7", "--out", out]
 
 
+SCALED_ROPE_PRESETS = ("tiny-llama3-rope", "tiny-qwen3-yarn")
+
+
+def check_scaled_rope_init(checker, sbp, golden_root, preset, tmp):
+    gdir = os.path.join(golden_root, preset)
+    if not os.path.isdir(gdir):
+        return
+    ours = os.path.join(tmp, f"ours-{preset}")
+    _, err = run_sbp([sbp, "model", "init", "--config", os.path.join(gdir, "config.json"),
+                      "--seed", str(CHECK_SEED), "--out", ours])
+    if not checker.report(f"model init --config {preset}/config.json runs", not err, err):
+        return
+    name = f"{preset}: sbp's config.json loads with the same RoPE"
+    try:
+        model, info = load_model(ours, dtype=torch.float32)
+        golden_model, _ = load_model(gdir, dtype=torch.float32)
+        problems = loading_problems(info)
+        want = {k: v for k, v in golden_model.config.rope_parameters.items()}
+        got = {k: v for k, v in model.config.rope_parameters.items()}
+        if got != want:
+            problems.append(f"rope_parameters {got} != {want}")
+        if not torch.equal(model.model.rotary_emb.inv_freq, golden_model.model.rotary_emb.inv_freq):
+            problems.append("rotary inv_freq differs")
+        if model.model.rotary_emb.attention_scaling != golden_model.model.rotary_emb.attention_scaling:
+            problems.append("attention_scaling differs")
+        checker.report(name, not problems, "; ".join(problems))
+    except Exception as e:  # noqa: BLE001
+        checker.report(name, False, f"{type(e).__name__}: {e}")
+        return
+    data = os.path.join(gdir, "batch.jsonl")
+    ref = loss_and_grads(model.double(), read_batch(data))
+    out = os.path.join(tmp, f"g-ours-{preset}.safetensors")
+    stdout, err = run_sbp(grad_argv(sbp, ours, data, out))
+    if checker.report(f"grad on sbp's {preset} model runs", not err, err):
+        compare_loss(checker, f"grad on sbp's {preset} model: loss", parse_loss(stdout),
+                     ref["loss"])
+        compare_grads(checker, f"grad on sbp's {preset} model: gradients", out,
+                      {k: v.float() for k, v in ref["grads"].items()})
+
+
 def check_sbp(sbp, golden_root):
     checker = Checker()
     sbp = os.path.abspath(sbp)
@@ -841,6 +881,12 @@ def check_sbp(sbp, golden_root):
                              ref["loss"])
                 compare_grads(checker, "grad on sbp's own model: gradients", out,
                               {k: v.float() for k, v in ref["grads"].items()})
+
+        # (d) RoPE scaling survives sbp's config.json: a model sbp initialises from each
+        # scaled preset's config loads in transformers with the same rope parameters and
+        # rotary table, and sbp grad on it equals torch.
+        for preset in SCALED_ROPE_PRESETS:
+            check_scaled_rope_init(checker, sbp, golden_root, preset, tmp)
     print(f"check-sbp: {'FAIL' if checker.failures else 'PASS'} "
           f"({checker.failures} failed check(s))")
     return 1 if checker.failures else 0
