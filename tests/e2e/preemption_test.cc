@@ -38,14 +38,15 @@ void WriteLongData(const fs::path& path) {
 }
 
 // The low-priority job; its run directory is runs/<job id>.
-std::string LowSpec(const std::string& name) {
+std::string LowSpec(const std::string& name, const std::string& extra = "") {
   return absl::StrCat("name: ", name,
                       "\nmodel: model\ndata: long.jsonl\nobjective: sft\nseq_len: 512\n"
                       "streambp: {mode: stream, chunk_tokens: 64, logits_chunk_tokens: 64}\n"
                       "train: {steps: ",
                       kSteps,
                       ", sequences_per_step: 16, lr: 1.0e-2}\n"
-                      "checkpoint: {every_steps: 0}\nmax_restarts: 0\npriority: 0\n");
+                      "checkpoint: {every_steps: 0}\nmax_restarts: 0\npriority: 0\n",
+                      extra);
 }
 
 // The value of an unlabelled metric on the /metrics page ("" when absent).
@@ -129,6 +130,47 @@ TEST(PreemptionTest, HighPriorityJobTakesTheWorkerAndTheLowOneResumesBitForBit) 
   const std::string page = HttpGet(metrics_port, "/metrics");
   EXPECT_EQ(MetricValue(page, "sbp_job_preemptions_total"), "1") << page;
   EXPECT_EQ(MetricValue(page, "sbp_job_restarts_total"), "0") << page;
+}
+
+// A ZeRO-2 job of two ranks: both stop at the same step (the ranks agree on
+// every stop), each writes its optimizer shard, both finish PREEMPTED, and
+// the resumed job again equals an uninterrupted run byte for byte.
+TEST(PreemptionTest, BothRanksOfAZero2JobStopAtTheSameStep) {
+  Cluster c("preemption_zero2");
+  WriteLongData(c.dir() / "long.jsonl");
+  c.StartCoordinator(3, {"--preemption-grace", std::to_string(kGraceSeconds)});
+  c.StartWorker("w0");
+  c.StartWorker("w1");
+  ASSERT_TRUE(
+      WaitFor([&] { return c.Sbp("workers").out.find("w1") != std::string::npos; }, seconds(20)));
+  const std::string zero2 = "resources: {world_size: 2, device: cpu}\n";
+  const std::string straight = c.Submit(c.WriteSpec("straight", LowSpec("straight", zero2)));
+  ASSERT_EQ(c.Sbp("watch " + straight).exit_code, 0) << c.Logs();
+
+  const std::string low = c.Submit(c.WriteSpec("low", LowSpec("low", zero2)));
+  ASSERT_TRUE(WaitFor([&] { return c.Step(low) >= 3; }, seconds(60))) << c.Logs();
+  const std::string high = c.Submit(c.WriteSpec("high", c.Spec("high", 2, 2, 0, "priority: 10\n")));
+  EXPECT_EQ(c.Sbp("watch " + high).exit_code, 0) << c.Logs();
+  EXPECT_EQ(c.Sbp("watch " + low).exit_code, 0) << c.Logs();
+
+  const std::string events = c.Sbp("events " + low).out;
+  std::smatch stopped;
+  ASSERT_TRUE(std::regex_search(events, stopped, std::regex("stopped after step ([0-9]+)")))
+      << events << c.Logs();
+  EXPECT_NE(events.find("resuming after step " + stopped[1].str()), std::string::npos) << events;
+  EXPECT_EQ(events.find("did not checkpoint within"), std::string::npos) << events;
+  const auto checkpoint = c.dir() / "runs" / low /
+                          absl::StrCat("checkpoints/step-",
+                                       std::string(8 - stopped[1].length(), '0'), stopped[1].str());
+  EXPECT_TRUE(fs::exists(checkpoint / "optimizer-rank-00001-of-00002.safetensors")) << checkpoint;
+  auto weights = [&](const std::string& id) {
+    return ReadAll((c.dir() / "runs" / id /
+                    absl::StrCat("checkpoints/step-000000", kSteps, "/model.safetensors"))
+                       .string());
+  };
+  EXPECT_FALSE(weights(straight).empty());
+  EXPECT_TRUE(weights(straight) == weights(low)) << "the preempted run's weights differ";
+  EXPECT_EQ(c.GetJob(low).value("preemptions", 0), 1);
 }
 
 }  // namespace

@@ -426,6 +426,34 @@ absl::Status WorkerAgent::Run() {
   return fatal;
 }
 
+void WorkerAgent::LearnWhyStopped(const v1::Assignment& assignment) {
+  Backoff backoff;
+  for (int tries = 0; tries < 5 && !stopping(); ++tries) {
+    v1::HeartbeatRequest request;
+    request.set_worker_id(worker_id());
+    request.mutable_running()->set_job_id(assignment.job_id());
+    request.mutable_running()->set_attempt(assignment.attempt());
+    grpc::ClientContext context;
+    PrepareContext(context, options_.token, kCallTimeout);
+    v1::HeartbeatResponse response;
+    const absl::Status status = FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+    if (status.ok()) {
+      for (const v1::AttemptRef& ref : response.checkpoint_attempts()) {
+        RequestCheckpoint(ref.job_id(), ref.attempt());
+      }
+      absl::MutexLock lock(&mu_);
+      for (const v1::AttemptRef& ref : response.stop_attempts()) {
+        if (ref.job_id() == running_job_ && ref.attempt() == running_attempt_) {
+          running_stopped_ = true;
+        }
+      }
+      return;
+    }
+    if (!IsTransient(status)) return;
+    std::this_thread::sleep_for(backoff.Next());
+  }
+}
+
 absl::StatusOr<bool> WorkerAgent::SendProgress(const v1::Assignment& assignment,
                                                const ProgressUpdate& update) {
   v1::ReportProgressRequest request;
@@ -554,6 +582,11 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     lease_lost_ = false;
   }
   const absl::StatusOr<TrainSummary> summary = RunTraining(*spec, train_options, &observer);
+  if (summary.ok() && summary->stopped_early && !stopping() && !reporter.cancel_requested() &&
+      !CheckpointRequested() && !RunningAttemptStopped()) {
+    // Another rank ended the run (the ranks agree on every stop): ask why.
+    LearnWhyStopped(assignment);
+  }
   bool superseded = false, preempted = false;
   {
     absl::MutexLock lock(&mu_);

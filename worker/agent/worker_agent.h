@@ -111,6 +111,9 @@ class WorkerAgent {
   void HeartbeatLoop();
   absl::StatusOr<std::optional<streambp::v1::Assignment>> PollAssignment();
   void RunAssignment(const streambp::v1::Assignment& assignment);
+  // A rank whose run another rank ended asks the coordinator (one heartbeat)
+  // whether its attempt was preempted or is over, and notes the answer.
+  void LearnWhyStopped(const streambp::v1::Assignment& assignment);
   absl::StatusOr<bool> SendProgress(const streambp::v1::Assignment& assignment,
                                     const ProgressUpdate& update);
   void SendFinish(const streambp::v1::FinishRequest& request);
