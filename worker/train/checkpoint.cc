@@ -15,6 +15,7 @@
 #include "worker/model/file_util.h"
 #include "worker/model/model_io.h"
 #include "worker/model/safetensors.h"
+#include "worker/train/peft_adapter.h"
 
 namespace sbp {
 namespace {
@@ -145,8 +146,12 @@ bool CheckpointNeedsMasters(const ModelConfig& config, bool separate_master) {
 absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
                                           const ParameterStore& weights,
                                           const TrainerState& state) {
-  RETURN_IF_ERROR(SaveModelDirectory(staging_dir, weights.config(), weights.NamedTensors(),
-                                     CheckpointWeightDType(weights.config())));
+  if (weights.lora() != nullptr) {
+    RETURN_IF_ERROR(SavePeftAdapter(staging_dir, weights));
+  } else {
+    RETURN_IF_ERROR(SaveModelDirectory(staging_dir, weights.config(), weights.NamedTensors(),
+                                       CheckpointWeightDType(weights.config())));
+  }
   return WriteFileAtomically(staging_dir + "/trainer_state.json", state.ToJson().dump(2) + "\n");
 }
 
@@ -221,9 +226,13 @@ absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::strin
 
 absl::StatusOr<TrainerState> LoadCheckpointWeightsAndState(const std::string& checkpoint_dir,
                                                            ParameterStore& weights) {
-  CpuAllocator staging;
-  ASSIGN_OR_RETURN(ModelWeights model, LoadModelDirectory(checkpoint_dir, staging));
-  RETURN_IF_ERROR(Annotate(CopyIntoStore(model.params, weights), checkpoint_dir));
+  if (weights.lora() != nullptr) {
+    RETURN_IF_ERROR(LoadPeftAdapter(checkpoint_dir, weights));
+  } else {
+    CpuAllocator staging;
+    ASSIGN_OR_RETURN(ModelWeights model, LoadModelDirectory(checkpoint_dir, staging));
+    RETURN_IF_ERROR(Annotate(CopyIntoStore(model.params, weights), checkpoint_dir));
+  }
   const std::string state_path = checkpoint_dir + "/trainer_state.json";
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(state_path));
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

@@ -22,6 +22,7 @@
 #include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/engine/lora_store.h"
 
 namespace sbp {
 
@@ -195,9 +196,9 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
 
 const std::vector<absl::string_view>& TopKeys() {
   static const auto* keys = new std::vector<absl::string_view>{
-      "name",         "model",   "data", "objective", "seq_len",   "truncation", "log_every_steps",
-      "streambp",     "train",   "dpo",  "grpo",      "resources", "checkpoint", "resume_from",
-      "max_restarts", "priority"};
+      "name",         "model",    "data", "objective", "seq_len",   "truncation", "log_every_steps",
+      "streambp",     "train",    "dpo",  "grpo",      "resources", "checkpoint", "resume_from",
+      "max_restarts", "priority", "lora"};
   return *keys;
 }
 
@@ -213,6 +214,7 @@ const std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>&
           {"grpo", {"beta", "epsilon", "loss", "reference"}},
           {"resources", {"world_size", "device", "memory"}},
           {"checkpoint", {"every_steps", "dir", "keep_last"}},
+          {"lora", {"r", "alpha", "target_modules", "rslora", "init_seed", "dropout"}},
       };
   return *blocks;
 }
@@ -498,6 +500,49 @@ auto NonNegative = [](double v) { return v >= 0; };
 auto UnitOpen = [](double v) { return v >= 0 && v < 1; };
 auto UnitClosed = [](double v) { return v >= 0 && v <= 1; };
 
+// The lora block: r required; alpha defaults to r, target_modules to every
+// module (in canonical order whatever order they are given in).
+absl::Status ReadLora(const Reader& r, const Block& lb, LoraOptions& lora) {
+  if (!lb.Has("r")) return r.Error("lora", "missing required field 'r' (the adapter rank)");
+  RETURN_IF_ERROR(ReadPositiveInt(r, lb, "r", kMaxSpecLoraRank, lora.r));
+  lora.alpha = static_cast<double>(lora.r);
+  RETURN_IF_ERROR(ReadNumber(r, lb, "alpha", Positive, "must be a positive number", lora.alpha));
+  RETURN_IF_ERROR(ReadBool(r, lb, "rslora", lora.rslora));
+  int64_t seed = 0;
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, lb, "init_seed", INT64_MAX, seed));
+  lora.init_seed = static_cast<uint64_t>(seed);
+  RETURN_IF_ERROR(ReadNumber(r, lb, "dropout", NonNegative, "must be 0", lora.dropout));
+  std::vector<std::string> modules = LoraModuleNames();
+  if (lb.Has("target_modules")) {
+    const YAML::Node list = lb.Get("target_modules");
+    if (!list.IsSequence() || list.size() == 0 || list.size() > 64) {
+      return r.Got(lb.Path("target_modules"),
+                   "must be a list of module names such as [q_proj, v_proj]", list);
+    }
+    modules.clear();
+    for (const YAML::Node& item : list) {
+      if (!item.IsScalar()) {
+        return r.Got(lb.Path("target_modules"), "must list module names", item);
+      }
+      if (std::find(modules.begin(), modules.end(), item.Scalar()) != modules.end()) {
+        return r.Error(lb.Path("target_modules"),
+                       absl::StrCat("'", Sanitize(item.Scalar()), "' is listed twice"));
+      }
+      modules.push_back(Sanitize(item.Scalar()));
+    }
+  }
+  lora.target_modules = modules;
+  const absl::Status valid = ValidateLoraOptions(lora);
+  if (!valid.ok()) return r.Error("", valid.message());
+  lora.target_modules.clear();
+  for (const std::string& m : LoraModuleNames()) {
+    if (std::find(modules.begin(), modules.end(), m) != modules.end()) {
+      lora.target_modules.push_back(m);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   if (root.IsNull() || !root.IsDefined()) return r.Error("", "the job spec is empty");
   ASSIGN_OR_RETURN(Block top, Block::Make(r, root, ""));
@@ -611,6 +656,11 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   RETURN_IF_ERROR(ReadString(r, gb, "reference", s.grpo.reference));
   if (s.grpo.reference.empty()) s.grpo.reference = s.model;
 
+  if (top.Has("lora")) {
+    ASSIGN_OR_RETURN(Block lb, Block::Make(r, top.Get("lora"), "lora"));
+    RETURN_IF_ERROR(ReadLora(r, lb, s.lora));
+  }
+
   // resources
   ASSIGN_OR_RETURN(Block rb, Block::Make(r, top.Get("resources"), "resources"));
   RETURN_IF_ERROR(ReadPositiveInt(r, rb, "world_size", kMaxSpecWorldSize, s.resources.world_size));
@@ -700,6 +750,14 @@ Json ToJsonValue(const JobSpec& s) {
   if (!s.resume_from.empty()) j["resume_from"] = s.resume_from;
   j["max_restarts"] = s.max_restarts;
   j["priority"] = s.priority;
+  if (s.lora.enabled()) {
+    j["lora"] = {{"r", s.lora.r},
+                 {"alpha", s.lora.alpha},
+                 {"target_modules", s.lora.target_modules},
+                 {"rslora", s.lora.rslora},
+                 {"init_seed", s.lora.init_seed},
+                 {"dropout", s.lora.dropout}};
+  }
   return j;
 }
 
@@ -740,6 +798,11 @@ void EmitJson(YAML::Emitter& out, const Json& j) {
         EmitJson(out, it.value());
       }
       out << YAML::EndMap;
+      break;
+    case Json::value_t::array:
+      out << YAML::Flow << YAML::BeginSeq;
+      for (const Json& item : j) EmitJson(out, item);
+      out << YAML::EndSeq;
       break;
     case Json::value_t::string:
       out << j.get<std::string>();
@@ -888,9 +951,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   const Json j = ToJsonValue(spec);
   // Fixed order, the same as DESIGN.md §5, rather than the JSON's sorted keys.
   static constexpr absl::string_view kOrder[] = {
-      "name",         "model",   "data", "objective", "seq_len",   "truncation", "log_every_steps",
-      "streambp",     "train",   "dpo",  "grpo",      "resources", "checkpoint", "resume_from",
-      "max_restarts", "priority"};
+      "name",         "model",    "data", "objective", "seq_len",   "truncation", "log_every_steps",
+      "streambp",     "train",    "dpo",  "grpo",      "resources", "checkpoint", "resume_from",
+      "max_restarts", "priority", "lora"};
   for (absl::string_view key : kOrder) {
     const auto found = j.find(std::string(key));
     if (found == j.end()) continue;  // optional and unset (resume_from)

@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/dtype.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/lora_options.h"
 
 namespace sbp {
 
@@ -43,6 +44,8 @@ inline constexpr int64_t kMaxSpecSteps = 1'000'000'000;
 inline constexpr int64_t kMaxSpecWorldSize = 65536;
 // max_restarts.
 inline constexpr int64_t kMaxSpecRestarts = 1000;
+// lora.r.
+inline constexpr int64_t kMaxSpecLoraRank = 65536;
 
 enum class Objective { kSft, kDpo, kGrpo };
 enum class LrSchedule { kConstant, kLinear, kCosine };
@@ -132,6 +135,9 @@ struct JobSpec {
   GrpoSpec grpo;
   ResourcesSpec resources;
   CheckpointSpec checkpoint;
+  // `lora:` trains LoRA adapters on a frozen base (lora.r == 0: full
+  // fine-tuning). Defaults: alpha = r, every module, rslora false, seed 0.
+  LoraOptions lora;
   // A checkpoint (or a run directory, meaning its newest checkpoint) that a
   // new job starts from: its weights, optimizer state, step and data
   // position. "" starts from `model`. Retries of a job resume its own run.

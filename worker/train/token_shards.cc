@@ -216,7 +216,7 @@ absl::Status TokenShards::Validate(const std::function<void(const char*, size_t)
                               " spans of the file)"));
     }
     RETURN_IF_ERROR(ValidateExample(i));
-    if (!any_target) any_target = CountValidTargets(Sft(i)) > 0;
+    if (!any_target) any_target = HasTarget(i);
   }
   if (!any_target) {
     return bad(
@@ -326,6 +326,23 @@ absl::Status TokenShards::ValidateExample(int64_t index) const {
   return bad("unknown objective");
 }
 
+bool TokenShards::HasTarget(int64_t index) const {
+  const uint64_t first = ExampleSpan(index), last = ExampleSpan(index + 1);
+  // [prompt, completion]: the completion keeps at least one token after a
+  // non-empty prompt (ValidateExample made sure of the room).
+  if (last - first == 2 && Kind(first + 1) == TokenSpanKind::kCompletion) return true;
+  // Position p has a target when 1 <= p < the kept length and p is in a
+  // target span (the loss at t predicts the label at t + 1).
+  uint64_t kept = SpanToken(last) - SpanToken(first);
+  if (options_.seq_len > 0) kept = std::min<uint64_t>(kept, options_.seq_len);
+  for (uint64_t j = first; j < last; ++j) {
+    const uint64_t begin = std::max<uint64_t>(SpanToken(j) - SpanToken(first), 1);
+    const uint64_t end = std::min<uint64_t>(SpanToken(j + 1) - SpanToken(first), kept);
+    if (Kind(j) == TokenSpanKind::kTarget && begin < end) return true;
+  }
+  return false;
+}
+
 std::vector<int32_t> TokenShards::SpanIds(int64_t span) const {
   const uint64_t begin = SpanToken(span), end = SpanToken(span + 1);
   std::vector<int32_t> ids(end - begin);
@@ -432,9 +449,16 @@ class ShardBuilder {
         } else {
           Put(tokens_, static_cast<uint32_t>(s.ids[i]));
         }
-        logprobs_.push_back(s.logprobs != nullptr ? (*s.logprobs)[i] : 0.0f);
       }
-      has_logprobs_ = has_logprobs_ || s.logprobs != nullptr;
+      if (s.logprobs != nullptr && !has_logprobs_) {
+        has_logprobs_ = true;
+        logprobs_.assign(span_tokens_.back(), 0.0f);  // the tokens before this span
+      }
+      if (has_logprobs_) {
+        for (size_t i = 0; i < s.size; ++i) {
+          logprobs_.push_back(s.logprobs != nullptr ? (*s.logprobs)[i] : 0.0f);
+        }
+      }
       span_tokens_.push_back(span_tokens_.back() + s.size);
       rewards_.push_back(s.reward);
       kinds_.push_back(static_cast<uint8_t>(s.kind));
@@ -452,11 +476,11 @@ class ShardBuilder {
     Put(header, static_cast<uint64_t>(kinds_.size()));
     Put(header, static_cast<uint64_t>(span_tokens_.back()));
     header.append(16, '\0');
-    std::string body = tokens_;
-    body.append(PadTo8(body.size()) - body.size(), '\0');
+    std::string body(PadTo8(tokens_.size()) - tokens_.size(), '\0');
     if (has_logprobs_) {
       for (float v : logprobs_) Put(body, v);
-      body.append(PadTo8(body.size()) - body.size(), '\0');
+      const uint64_t end = header.size() + tokens_.size() + body.size();
+      body.append(PadTo8(end) - end, '\0');
     }
     for (uint64_t v : example_spans_) Put(body, v);
     for (uint64_t v : span_tokens_) Put(body, v);
@@ -464,6 +488,7 @@ class ShardBuilder {
     body.append(reinterpret_cast<const char*>(kinds_.data()), kinds_.size());
     ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> writer, AtomicFileWriter::Create(path));
     RETURN_IF_ERROR(writer->Append(header));
+    RETURN_IF_ERROR(writer->Append(tokens_));
     RETURN_IF_ERROR(writer->Append(body));
     return writer->Commit();
   }

@@ -97,6 +97,7 @@ class TokenShards {
   TokenShards() = default;
   absl::Status Validate(const std::function<void(const char*, size_t)>& release) const;
   absl::Status ValidateExample(int64_t index) const;
+  bool HasTarget(int64_t index) const;  // some position has a label, after truncation
   std::vector<int32_t> SpanIds(int64_t span) const;
   uint64_t ExampleSpan(int64_t i) const;  // example_spans[i]
   uint64_t SpanToken(uint64_t j) const;   // span_tokens[j]

@@ -18,12 +18,14 @@
 #include "worker/engine/batch.h"
 #include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/lora_store.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/engine/planner.h"
 #include "worker/model/model_io.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
 #include "worker/train/job_plan.h"
+#include "worker/train/lora_adapters.h"
 #include "worker/train/lr_schedule.h"
 #include "worker/train/metrics_log.h"
 #include "worker/train/optimizer.h"
@@ -251,9 +253,12 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   ASSIGN_OR_RETURN(const EngineOptions engine_options,
                    ChooseEngineOptions(spec, config, allocator.budget_bytes()));
   Engine engine(config, backend, engine_options);
+  // LoRA: the base weights stay frozen and the optimizer trains the adapters.
+  ASSIGN_OR_RETURN(std::optional<TrainedAdapters> lora,
+                   CreateTrainedAdapters(spec.lora, config, backend, compute_dtype, world_size));
   OptimizerStateOptions state_options;
-  state_options.weights = &weights;
-  state_options.initial = &initial;
+  state_options.weights = lora ? &lora->compute : &weights;
+  state_options.initial = lora ? &lora->initial : &initial;
   state_options.separate_master = separate_master;
   state_options.comm = comm.get();
   ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
@@ -328,6 +333,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
       config, backend,
       {BackwardMode::kStream, engine_options.chunk_tokens, engine_options.logits_chunk_tokens});
   ModelTensors w = BindModelTensors(weights);
+  if (lora) AttachAdapters(lora->compute, w);
   std::optional<ModelTensors> ref_tensors;
   if (reference.has_value()) ref_tensors = BindModelTensors(*reference);
   ASSIGN_OR_RETURN(std::unique_ptr<StepObjective> objective,

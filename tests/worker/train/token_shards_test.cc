@@ -6,8 +6,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -135,6 +137,56 @@ TEST(TokenShardsTest, PreparedShardsEqualPreparedJsonl) {
   for (int64_t i = 0; i < shards->size(); ++i) {
     EXPECT_TRUE(Same(shards->SftAt(i), jsonl->SftAt(i))) << "example " << i;
   }
+}
+
+// Resident bytes of this process (/proc/self/statm).
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+// A 64 MiB shard (32768 examples of 1024 tokens), written directly: opening
+// it checks every token, and what stays resident is the index, not the tokens.
+TEST(TokenShardsTest, MemoryDoesNotGrowWithTheDataset) {
+  const std::string path = MakeTempDir("big") + "/big.shard";
+  const uint64_t examples = 32768, per_example = 1024, tokens = examples * per_example;
+  {
+    std::ofstream out(path, std::ios::binary);
+    auto put = [&out](auto value) {
+      out.write(reinterpret_cast<const char*>(&value), sizeof(value));
+    };
+    out.write(kTokenShardMagic, 8);
+    put(kTokenShardVersion);
+    put(uint32_t{0});  // sft
+    put(uint32_t{2});  // uint16 ids
+    put(uint32_t{0});
+    put(examples);
+    put(examples);  // one span each
+    put(tokens);
+    put(uint64_t{0});
+    put(uint64_t{0});
+    const std::vector<uint16_t> block(per_example, 7);
+    for (uint64_t i = 0; i < examples; ++i) {
+      out.write(reinterpret_cast<const char*>(block.data()), per_example * 2);
+    }
+    for (uint64_t i = 0; i <= examples; ++i) put(i);
+    for (uint64_t i = 0; i <= examples; ++i) put(i * per_example);
+    for (uint64_t i = 0; i < examples; ++i) put(0.0);
+    for (uint64_t i = 0; i < examples; ++i) put(uint8_t{1});
+    ASSERT_TRUE(out.good());
+  }
+  const int64_t before = ResidentBytes();
+  absl::StatusOr<std::shared_ptr<const TokenShards>> shards =
+      TokenShards::Open(path, Objective::kSft, kNoLimit);
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  EXPECT_EQ((*shards)->total_tokens(), static_cast<int64_t>(tokens));
+  const TokenSequence last = (*shards)->Sft(examples - 1);
+  EXPECT_EQ(last.input_ids.size(), per_example);
+  EXPECT_EQ(last.input_ids.back(), 7);
+  const int64_t grown = ResidentBytes() - before;
+  EXPECT_LT(grown, int64_t{8} << 20) << "resident memory grew by " << grown << " bytes";
 }
 
 // ---------------------------------------------------------------------------
