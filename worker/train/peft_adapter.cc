@@ -86,6 +86,10 @@ absl::StatusOr<LoraOptions> ReadPeftAdapterConfig(const std::string& dir) {
   RETURN_IF_ERROR(ExpectPlain(j, path, "layers_to_transform", nullptr));
   RETURN_IF_ERROR(ExpectPlain(j, path, "rank_pattern", Json::object()));
   RETURN_IF_ERROR(ExpectPlain(j, path, "alpha_pattern", Json::object()));
+  RETURN_IF_ERROR(ExpectPlain(j, path, "layer_replication", nullptr));
+  RETURN_IF_ERROR(ExpectPlain(j, path, "exclude_modules", nullptr));
+  RETURN_IF_ERROR(ExpectPlain(j, path, "target_parameters", nullptr));
+  RETURN_IF_ERROR(ExpectPlain(j, path, "trainable_token_indices", nullptr));
   LoraOptions o;
   const Json r = j.value("r", Json());
   const Json alpha = j.value("lora_alpha", Json());
