@@ -55,6 +55,9 @@ uint32_t ObjectiveCode(Objective objective) {
   return 0;
 }
 
+// ObjectiveName without the job spec library (the fuzzer links this file alone).
+absl::string_view NameOf(Objective objective) { return ObjectiveOf(ObjectiveCode(objective)); }
+
 bool IsGrpoCompletion(TokenSpanKind kind) {
   return kind == TokenSpanKind::kGrpoCompletion || kind == TokenSpanKind::kGrpoCompletionLogprobs;
 }
@@ -116,7 +119,7 @@ absl::StatusOr<std::shared_ptr<const TokenShards>> TokenShards::Parse(
   }
   if (objective_code != ObjectiveCode(objective)) {
     return bad(absl::StrCat("holds ", ObjectiveOf(objective_code),
-                            " examples but the job's objective is ", ObjectiveName(objective)));
+                            " examples but the job's objective is ", NameOf(objective)));
   }
   const uint32_t token_bytes = Load<uint32_t>(at + 16);
   if (token_bytes != 2 && token_bytes != 4) {
@@ -354,7 +357,7 @@ std::vector<int32_t> TokenShards::SpanIds(int64_t span) const {
 }
 
 TokenSequence TokenShards::Sft(int64_t index) const {
-  CHECK(objective_ == Objective::kSft) << name_ << " holds " << ObjectiveName(objective_);
+  CHECK(objective_ == Objective::kSft) << name_ << " holds " << NameOf(objective_);
   CHECK(index >= 0 && index < examples_) << "example " << index << " of " << examples_;
   const uint64_t first = ExampleSpan(index), last = ExampleSpan(index + 1);
   if (last - first == 2 && Kind(first + 1) == TokenSpanKind::kCompletion) {
@@ -381,7 +384,7 @@ TokenSequence TokenShards::Sft(int64_t index) const {
 }
 
 DpoPair TokenShards::Dpo(int64_t index) const {
-  CHECK(objective_ == Objective::kDpo) << name_ << " holds " << ObjectiveName(objective_);
+  CHECK(objective_ == Objective::kDpo) << name_ << " holds " << NameOf(objective_);
   CHECK(index >= 0 && index < examples_) << "example " << index << " of " << examples_;
   const uint64_t first = ExampleSpan(index);
   const std::vector<int32_t> prompt = SpanIds(first);
@@ -394,7 +397,7 @@ DpoPair TokenShards::Dpo(int64_t index) const {
 }
 
 GrpoGroup TokenShards::Grpo(int64_t index) const {
-  CHECK(objective_ == Objective::kGrpo) << name_ << " holds " << ObjectiveName(objective_);
+  CHECK(objective_ == Objective::kGrpo) << name_ << " holds " << NameOf(objective_);
   CHECK(index >= 0 && index < examples_) << "example " << index << " of " << examples_;
   const uint64_t first = ExampleSpan(index), last = ExampleSpan(index + 1);
   GrpoGroup group;
