@@ -1,20 +1,27 @@
 // Training from token shards is training from the same token JSONL: the same
-// run ends with bit-identical weights, and a run resumed mid-epoch from
-// shards ends bit-identical to an uninterrupted one.
+// run ends with bit-identical weights (on one worker and on two ZeRO-2 ranks,
+// which split each step's examples the same way), and a run resumed mid-epoch
+// from shards ends bit-identical to an uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tests/worker/dist/rank_processes.h"
 #include "tests/worker/train/trainer_fixture.h"
+#include "worker/dist/connect.h"
 #include "worker/train/dataset.h"
 #include "worker/train/token_shards.h"
 #include "worker/train/trainer.h"
 
 namespace sbp {
 namespace {
+
+namespace fs = std::filesystem;
 
 class TrainerShardsTest : public train_testing::TrainerFixture {
  protected:
@@ -59,6 +66,32 @@ TEST_F(TrainerShardsTest, ShardsAndJsonlTrainBitIdentically) {
     EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << "step " << i + 1;
     EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]) << "step " << i + 1;
   }
+}
+
+TEST_F(TrainerShardsTest, Zero2RanksSplitShardsAsTheySplitJsonl) {
+  auto run = [&](const std::string& name, const std::string& file) {
+    JobSpec spec = ShardSpec(name, file);
+    spec.train.steps = 4;
+    spec.resources.world_size = 2;
+    const std::string rendezvous = (root_ / ("rendezvous-" + name)).string();
+    fs::create_directories(rendezvous);
+    const std::vector<int> codes = dist_testing::RunRankProcesses(2, [&](int rank) {
+      TrainOptions options;
+      options.connect = [&](Backend& backend) {
+        return ConnectThroughDirectory(rendezvous, backend, {rank, 2});
+      };
+      auto summary = RunTraining(spec, options, nullptr);
+      if (!summary.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, summary.status().ToString().c_str());
+      }
+      return summary.ok() ? 0 : 1;
+    });
+    EXPECT_EQ(codes, std::vector<int>({0, 0}));
+    return spec;
+  };
+  const JobSpec jsonl = run("zero2_jsonl", "ten.jsonl");
+  const JobSpec shards = run("zero2_shards", "ten.shard");
+  EXPECT_EQ(FinalWeights(jsonl), FinalWeights(shards));
 }
 
 TEST_F(TrainerShardsTest, ResumeMidEpochFromShardsIsBitIdentical) {
