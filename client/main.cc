@@ -11,6 +11,7 @@
 #include "client/grad_command.h"
 #include "client/health_command.h"
 #include "client/job_commands.h"
+#include "client/lora_command.h"
 #include "client/model_command.h"
 #include "client/plan_command.h"
 #include "client/run_command.h"
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   sbp::cli::AddPlanCommand(app, &exit_code);
   sbp::cli::AddTrainCommand(app, &exit_code);
   sbp::cli::AddDataCommand(app, &exit_code);
+  sbp::cli::AddLoraCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,43 @@
+#include "client/lora_command.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "client/cli_common.h"
+#include "worker/train/lora_merge.h"
+
+namespace sbp::cli {
+namespace {
+
+struct MergeOptions {
+  std::string model;
+  std::string adapter;
+  std::string out;
+};
+
+int RunMerge(const MergeOptions& o) {
+  auto summary = MergeLoraAdapter(o.model, o.adapter, o.out);
+  if (!summary.ok()) return ReportError("lora merge", summary.status());
+  std::printf("%s\n", summary->dump().c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddLoraCommand(CLI::App& app, int* exit_code) {
+  CLI::App* lora = app.add_subcommand("lora", "LoRA adapter tools");
+  lora->require_subcommand(1);
+  auto options = std::make_shared<MergeOptions>();
+  CLI::App* merge = lora->add_subcommand(
+      "merge", "write BASE + adapter (W + s B A) as a Hugging Face model directory");
+  merge->add_option("--model", options->model, "base model directory")->required();
+  merge
+      ->add_option("--adapter", options->adapter,
+                   "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")
+      ->required();
+  merge->add_option("--out", options->out, "output model directory")->required();
+  merge->callback([options, exit_code] { *exit_code = RunMerge(*options); });
+}
+
+}  // namespace sbp::cli
