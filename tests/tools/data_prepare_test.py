@@ -48,7 +48,7 @@ def ids(text):
     return RAW.encode(text, add_special_tokens=False).ids
 
 
-def run_tool(lines, *args, workers=1):
+def run_tool(lines, *args, workers=1, tokenizer=TOKENIZER):
     """(returncode, stdout, stderr, output path) of the tool on `lines`."""
     tmp = tempfile.mkdtemp()
     src = os.path.join(tmp, "in.jsonl")
@@ -56,7 +56,7 @@ def run_tool(lines, *args, workers=1):
         for line in lines:
             f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
     out = os.path.join(tmp, "out")
-    p = subprocess.run([sys.executable, TOOL, src, "--tokenizer", TOKENIZER, "--out", out,
+    p = subprocess.run([sys.executable, TOOL, src, "--tokenizer", tokenizer, "--out", out,
                         "--workers", str(workers), "--no-progress", *args],
                        capture_output=True, text=True)
     return p.returncode, p.stdout, p.stderr, out, src
@@ -166,6 +166,36 @@ class ChatTest(unittest.TestCase):
             answers = "".join(m["content"] + "<|im_end|>\n" for m in messages
                               if m["role"] == "assistant")
             self.assertEqual(trained, answers)
+
+    def test_template_marking_the_last_turn_uses_its_generation_mask(self):
+        # The end-of-text token after the last message only: a prefix of the
+        # conversation renders differently from the whole.
+        tmp = tempfile.mkdtemp()
+        with open(os.path.join(TOKENIZER, "tokenizer_config.json")) as f:
+            config = json.load(f)
+        config["chat_template"] += "{{- '<|endoftext|>' }}"
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f)
+        with open(os.path.join(TOKENIZER, "tokenizer.json"), "rb") as src, \
+                open(os.path.join(tmp, "tokenizer.json"), "wb") as dst:
+            dst.write(src.read())
+        marked = AutoTokenizer.from_pretrained(tmp)
+        code, _, err, out, _ = run_tool([{"messages": CHATS[1]}], tokenizer=tmp)
+        self.assertEqual(code, 0, err)
+        got = read_jsonl(out)[0]
+        r = marked.apply_chat_template(CHATS[1], tokenize=True, return_dict=True,
+                                       return_assistant_tokens_mask=True)
+        self.assertEqual(got["input_ids"], list(r["input_ids"]))
+        self.assertEqual(got["labels"],
+                         [i if m else -100 for i, m in zip(r["input_ids"], r["assistant_masks"])])
+        # Without the markers the line is refused, naming the problem.
+        config["chat_template"] = config["chat_template"].replace(
+            "{%- generation %}", "").replace("{%- endgeneration %}", "")
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f)
+        code, _, err, _, src = run_tool([{"messages": CHATS[1]}], tokenizer=tmp)
+        self.assertEqual(code, 2)
+        self.assertIn(src + ":1: the chat template renders the conversation", err)
 
     def test_conversation_without_assistant_is_dropped(self):
         rows = [{"messages": CHATS[0]}, {"messages": CHATS[0][:1]}]

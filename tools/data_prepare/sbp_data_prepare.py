@@ -34,6 +34,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,6 +45,7 @@ FORMATS = ("text", "prompt-completion", "chat", "dpo", "grpo")
 OBJECTIVE_OF = {"text": "sft", "prompt-completion": "sft", "chat": "sft", "dpo": "dpo",
                 "grpo": "grpo"}
 IGNORE = -100
+GENERATION_TAG = re.compile(r"{%-?\s*generation\s*-?%}")
 EXIT_BAD_INPUT = 2
 EXIT_MISSING_TOOLS = 3
 
@@ -111,15 +113,11 @@ def _template_ids(messages, generation_prompt):
     return list(out)
 
 
-def chat_spans(messages):
-    """(ids, [(start, end), ...]): the conversation and its assistant spans."""
-    if not isinstance(messages, list) or not messages:
-        raise BadInput("field 'messages' must be a non-empty list of {role, content} objects")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or \
-                not isinstance(m.get("content"), str):
-            raise BadInput("messages[%d] must be an object with string 'role' and 'content'" % i)
-    ids = _template_ids(messages, False)
+class _PrefixMismatch(Exception):
+    pass
+
+
+def _prefix_spans(messages, ids):
     spans = []
     for i, m in enumerate(messages):
         if m["role"] != "assistant":
@@ -131,11 +129,50 @@ def chat_spans(messages):
         end = _template_ids(messages[:i + 1], False)
         for prefix, what in ((start, "up to"), (end, "through")):
             if ids[:len(prefix)] != prefix:
-                raise BadInput("the chat template renders the conversation %s messages[%d] "
-                               "differently from the whole conversation, so the assistant "
-                               "tokens cannot be located" % (what, i))
+                raise _PrefixMismatch("the chat template renders the conversation %s "
+                                      "messages[%d] differently from the whole conversation"
+                                      % (what, i))
         spans.append((len(start), len(end)))
-    return ids, spans
+    return spans
+
+
+def _mask_spans(messages):
+    """Spans from the template's own {% generation %} markers."""
+    out = _tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                         return_assistant_tokens_mask=True)
+    spans, start = [], None
+    for t, m in enumerate(list(out["assistant_masks"]) + [0]):
+        if m and start is None:
+            start = t
+        elif not m and start is not None:
+            spans.append((start, t))
+            start = None
+    return spans
+
+
+def chat_spans(messages):
+    """(ids, [(start, end), ...]): the conversation and its assistant spans.
+
+    Each assistant turn runs from the end of the conversation before it
+    rendered with the generation prompt to the end of the conversation through
+    it. A template whose prefixes do not render as prefixes of the whole
+    (one that marks the last turn, say) is asked for its {% generation %}
+    mask instead; without one, the line is refused.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise BadInput("field 'messages' must be a non-empty list of {role, content} objects")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or \
+                not isinstance(m.get("content"), str):
+            raise BadInput("messages[%d] must be an object with string 'role' and 'content'" % i)
+    ids = _template_ids(messages, False)
+    try:
+        return ids, _prefix_spans(messages, ids)
+    except _PrefixMismatch as e:
+        if not GENERATION_TAG.search(_tokenizer.chat_template or ""):
+            raise BadInput("%s, so the assistant tokens cannot be located (a template with "
+                           "{%% generation %%} markers can be used instead)" % e)
+    return ids, _mask_spans(messages)
 
 
 def encode(record, fmt):
@@ -348,6 +385,8 @@ class _NoProgress:
 
 
 def run(args):
+    # Only the tokenizer is used: no notice that PyTorch is absent.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
