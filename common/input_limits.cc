@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_confinement.h"
 
 namespace sbp {
 namespace {
@@ -106,6 +107,11 @@ absl::StatusOr<RegularFile> RegularFile::Open(const std::string& path, int64_t m
     return ErrnoError(path, error);
   }
   if (absl::Status status = CheckStat(path, st, max_bytes, what); !status.ok()) {
+    ::close(fd);
+    return status;
+  }
+  // Under a job's confinement, what was opened must lie inside its directories.
+  if (absl::Status status = CheckOpenedDescriptor(fd, path, FileAccess::kRead); !status.ok()) {
     ::close(fd);
     return status;
   }

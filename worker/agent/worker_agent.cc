@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/failure_kind.h"
+#include "common/file_confinement.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/version.h"
@@ -581,7 +582,20 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     running_checkpoint_ = false;
     lease_lost_ = false;
   }
-  const absl::StatusOr<TrainSummary> summary = RunTraining(*spec, train_options, &observer);
+  const absl::StatusOr<TrainSummary> summary = [&] {
+    // What the job opens stays inside the work directory (writes inside its
+    // run area) and the shared directory, checked on the opened descriptors,
+    // so that a symbolic link swapped in after the check above leads nowhere.
+    std::optional<ScopedFileConfinement> confinement;
+    if (!options_.work_dir.empty()) {
+      FileConfinement rules;
+      rules.write_roots.push_back(ResolveJobPath(options_.work_dir, assignment.run_area()));
+      rules.read_roots.push_back(options_.work_dir);
+      if (!options_.shared_dir.empty()) rules.read_roots.push_back(options_.shared_dir);
+      confinement.emplace(std::move(rules));
+    }
+    return RunTraining(*spec, train_options, &observer);
+  }();
   if (summary.ok() && summary->stopped_early && !stopping() && !reporter.cancel_requested() &&
       !CheckpointRequested() && !RunningAttemptStopped()) {
     // Another rank ended the run (the ranks agree on every stop): ask why.

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/failure_kind.h"
+#include "common/file_confinement.h"
 #include "common/input_limits.h"
 #include "common/status_macros.h"
 
@@ -61,15 +62,34 @@ MappedFile::~MappedFile() {
 
 absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(
     const std::string& path) {
-  std::string temp_path = path + ".tmp";
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("create", temp_path, errno);
-  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(temp_path), fd));
+  // Everything happens relative to the parent directory's descriptor, checked
+  // once opened: a symbolic link swapped in for a directory later changes
+  // nothing, and one planted as the file itself is refused (O_NOFOLLOW).
+  const std::string parent = ParentDirectory(path);
+  const int dir_fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrnoError("open directory", parent, errno);
+  if (absl::Status confined = CheckOpenedDescriptor(dir_fd, parent, FileAccess::kWrite);
+      !confined.ok()) {
+    ::close(dir_fd);
+    return confined;
+  }
+  std::string name = std::filesystem::path(path).filename().string();
+  std::string temp_name = name + ".tmp";
+  const int fd = ::openat(dir_fd, temp_name.c_str(),
+                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    const int error = errno;
+    ::close(dir_fd);
+    return ErrnoError("create", path + ".tmp", error);
+  }
+  return std::unique_ptr<AtomicFileWriter>(
+      new AtomicFileWriter(path, std::move(name), std::move(temp_name), dir_fd, fd));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(temp_path_.c_str());
+  if (!committed_) ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
+  ::close(dir_fd_);
 }
 
 absl::Status AtomicFileWriter::Append(absl::string_view bytes) {
@@ -80,7 +100,7 @@ absl::Status AtomicFileWriter::Append(absl::string_view bytes) {
     const ssize_t n = ::write(fd_, data, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError("write", temp_path_, errno);
+      return ErrnoError("write", path_ + ".tmp", errno);
     }
     data += n;
     left -= static_cast<size_t>(n);
@@ -91,15 +111,19 @@ absl::Status AtomicFileWriter::Append(absl::string_view bytes) {
 
 absl::Status AtomicFileWriter::Commit() {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
-  if (::fsync(fd_) != 0) return ErrnoError("fsync", temp_path_, errno);
+  const std::string temp_path = path_ + ".tmp";
+  if (::fsync(fd_) != 0) return ErrnoError("fsync", temp_path, errno);
   const int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) return ErrnoError("close", temp_path_, errno);
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    return ErrnoError("rename to " + path_, temp_path_, errno);
+  if (::close(fd) != 0) return ErrnoError("close", temp_path, errno);
+  if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0) {
+    return ErrnoError("rename to " + path_, temp_path, errno);
   }
   committed_ = true;
-  return SyncDirectory(ParentDirectory(path_));
+  if (::fsync(dir_fd_) != 0 && errno != EINVAL) {
+    return ErrnoError("fsync directory", ParentDirectory(path_), errno);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {

@@ -48,7 +48,9 @@ class MappedFile {
 
 // Writes `path` atomically: Append() goes to `path.tmp`; Commit() fsyncs it,
 // renames it over `path` and fsyncs the directory. Destroying an uncommitted
-// writer removes the temporary file.
+// writer removes the temporary file. The directory is opened once, at
+// Create, and checked against the thread's file confinement
+// (common/file_confinement.h); the file is created in it with O_NOFOLLOW.
 class AtomicFileWriter {
  public:
   static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
@@ -61,10 +63,16 @@ class AtomicFileWriter {
   int64_t bytes_written() const { return written_; }
 
  private:
-  AtomicFileWriter(std::string path, std::string temp_path, int fd)
-      : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+  AtomicFileWriter(std::string path, std::string name, std::string temp_name, int dir_fd, int fd)
+      : path_(std::move(path)),
+        name_(std::move(name)),
+        temp_name_(std::move(temp_name)),
+        dir_fd_(dir_fd),
+        fd_(fd) {}
   std::string path_;
-  std::string temp_path_;
+  std::string name_;       // last component of path_
+  std::string temp_name_;  // name_ + ".tmp", in the same directory
+  int dir_fd_;             // the directory, opened (and checked) at Create
   int fd_;
   int64_t written_ = 0;
   bool committed_ = false;

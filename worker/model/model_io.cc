@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_confinement.h"
 #include "common/status_macros.h"
 #include "kernels/random.h"
 #include "worker/model/file_util.h"
@@ -225,6 +226,7 @@ absl::Status SaveModelDirectory(const std::string& dir, const ModelConfig& confi
     }
   }
 
+  RETURN_IF_ERROR(CheckConfinedPath(target.string(), FileAccess::kWrite));
   std::error_code ec;
   if (fs::exists(target, ec)) {
     if (!fs::is_directory(target, ec)) {

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/file_confinement.h"
 #include "common/status_macros.h"
 #include "kernels/allocator.h"
 #include "worker/model/file_util.h"
@@ -105,6 +106,7 @@ std::string CheckpointStagingPath(const CheckpointSink& sink, int64_t step) {
 
 absl::Status PrepareCheckpointStaging(const CheckpointSink& sink, int64_t step) {
   const std::string temp_dir = CheckpointStagingPath(sink, step);
+  RETURN_IF_ERROR(CheckConfinedPath(temp_dir, FileAccess::kWrite));
   std::error_code ec;
   fs::remove_all(temp_dir, ec);
   fs::create_directories(temp_dir, ec);
@@ -121,6 +123,7 @@ absl::Status DropStagingOnError(absl::Status status, const CheckpointSink& sink,
 }
 
 void RemoveStaleStaging(const std::string& run_dir, int64_t attempt) {
+  if (!CheckConfinedPath(CheckpointsDir(run_dir), FileAccess::kWrite).ok()) return;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(CheckpointsDir(run_dir), ec)) {
     const std::string name = entry.path().filename().string();
@@ -162,6 +165,7 @@ absl::Status CommitCheckpoint(const CheckpointSink& sink, int64_t step, int64_t 
   RETURN_IF_ERROR(SyncDirectory(temp_dir));
   // The last moment a newer attempt can be noticed before the run changes.
   if (sink.fence) RETURN_IF_ERROR(sink.fence());
+  RETURN_IF_ERROR(CheckConfinedPath(CheckpointsDir(run_dir), FileAccess::kWrite));
   std::error_code ec;
   fs::remove_all(final_dir, ec);
   fs::rename(temp_dir, final_dir, ec);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/failure_kind.h"
+#include "common/file_confinement.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
@@ -26,6 +27,7 @@ absl::Status WriteError(const std::string& path, int error) {
 }  // namespace
 
 absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, int64_t keep_through_step) {
+  RETURN_IF_ERROR(CheckConfinedPath(path, FileAccess::kWrite));
   std::string kept;
   {
     std::ifstream in(path);
@@ -38,8 +40,13 @@ absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, int64_t kee
     }
   }
   RETURN_IF_ERROR(WriteFileAtomically(path, kept));
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  // The file was just written in place; a link swapped in since is refused.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return WriteError(path, errno);
+  if (absl::Status confined = CheckOpenedDescriptor(fd, path, FileAccess::kWrite); !confined.ok()) {
+    ::close(fd);
+    return confined;
+  }
   return MetricsLog(path, fd);
 }
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/failure_kind.h"
+#include "common/file_confinement.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
@@ -87,6 +88,7 @@ std::string RunDirectoryFor(const JobSpec& spec, const std::string& job_id,
 }
 
 absl::StatusOr<RunFence> RunFence::Claim(const std::string& run_dir, const RunIdentity& identity) {
+  RETURN_IF_ERROR(CheckConfinedPath(run_dir, FileAccess::kWrite));
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("creating ", run_dir, ": ", ec.message()));
