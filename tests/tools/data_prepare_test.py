@@ -72,6 +72,19 @@ def read_bytes(path):
         return f.read()
 
 
+def tokenizer_with_template(change):
+    """A copy of the shipped tokenizer whose chat template is change(template)."""
+    tmp = tempfile.mkdtemp()
+    with open(os.path.join(TOKENIZER, "tokenizer_config.json")) as f:
+        config = json.load(f)
+    config["chat_template"] = change(config["chat_template"])
+    with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f)
+    with open(os.path.join(tmp, "tokenizer.json"), "wb") as f:
+        f.write(read_bytes(os.path.join(TOKENIZER, "tokenizer.json")))
+    return tmp
+
+
 def read_shards(path):
     """An independent reader of the layout in tools/data_prepare/token_shards.py."""
     data = read_bytes(path)
@@ -170,15 +183,7 @@ class ChatTest(unittest.TestCase):
     def test_template_marking_the_last_turn_uses_its_generation_mask(self):
         # The end-of-text token after the last message only: a prefix of the
         # conversation renders differently from the whole.
-        tmp = tempfile.mkdtemp()
-        with open(os.path.join(TOKENIZER, "tokenizer_config.json")) as f:
-            config = json.load(f)
-        config["chat_template"] += "{{- '<|endoftext|>' }}"
-        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
-            json.dump(config, f)
-        with open(os.path.join(TOKENIZER, "tokenizer.json"), "rb") as src, \
-                open(os.path.join(tmp, "tokenizer.json"), "wb") as dst:
-            dst.write(src.read())
+        tmp = tokenizer_with_template(lambda t: t + "{{- '<|endoftext|>' }}")
         marked = AutoTokenizer.from_pretrained(tmp)
         code, _, err, out, _ = run_tool([{"messages": CHATS[1]}], tokenizer=tmp)
         self.assertEqual(code, 0, err)
@@ -189,10 +194,8 @@ class ChatTest(unittest.TestCase):
         self.assertEqual(got["labels"],
                          [i if m else -100 for i, m in zip(r["input_ids"], r["assistant_masks"])])
         # Without the markers the line is refused, naming the problem.
-        config["chat_template"] = config["chat_template"].replace(
-            "{%- generation %}", "").replace("{%- endgeneration %}", "")
-        with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
-            json.dump(config, f)
+        tmp = tokenizer_with_template(lambda t: t.replace("{%- generation %}", "").replace(
+            "{%- endgeneration %}", "") + "{{- '<|endoftext|>' }}")
         code, _, err, _, src = run_tool([{"messages": CHATS[1]}], tokenizer=tmp)
         self.assertEqual(code, 2)
         self.assertIn(src + ":1: the chat template renders the conversation", err)
@@ -259,6 +262,8 @@ class OptionsTest(unittest.TestCase):
                 ([{"messages": [{"role": "user"}]}], ":1: messages[0] must be an object"),
                 ([{"prompt": "p", "completions": [{"text": "a", "reward": "high"}]}],
                  ":1: completions[0].reward must be a finite number"),
+                ([{"messages": [{"role": "user", "content": "{{ 1 }}"}]}, {"messages": 5}],
+                 ":2: field 'messages' must be a non-empty list"),
                 ([{"unknown": 1}], "cannot tell the format")):
             code, _, err, out, src = run_tool(rows)
             self.assertEqual(code, 2, err)
@@ -266,6 +271,18 @@ class OptionsTest(unittest.TestCase):
             self.assertFalse(os.path.exists(out), "nothing half-written")
             if message.startswith(":"):
                 self.assertIn(src + message, err)
+
+    def test_template_errors_name_the_line(self):
+        tmp = tokenizer_with_template(
+            lambda t: "{%- if messages[0]['role'] != 'user' %}"
+                      "{{ raise_exception('the first message must be a user') }}"
+                      "{%- endif %}" + t)
+        code, _, err, out, src = run_tool([{"messages": CHATS[0]}, {"messages": CHATS[1]}],
+                                          tokenizer=tmp)
+        self.assertEqual(code, 2, err)
+        self.assertIn(src + ":2: cannot tokenize it:", err)
+        self.assertIn("the first message must be a user", err)
+        self.assertFalse(os.path.exists(out))
 
     def test_format_can_be_forced(self):
         code, _, err, _, src = run_tool([{"prompt": "p", "completion": "c"}], "--format", "text")

@@ -274,6 +274,9 @@ def process_batch(batch):
             out.append((number, None if reason else spans, truncated, reason))
         except BadInput as e:
             out.append((number, "error", False, str(e)))
+        except Exception as e:  # a template's raise_exception, a tokenizer error, ...
+            out.append((number, "error", False, "cannot tokenize it: %s: %s"
+                        % (type(e).__name__, e)))
     return out
 
 
@@ -470,6 +473,9 @@ def main(argv=None):
     try:
         return run(args)
     except BadInput as e:
+        sys.stderr.write("sbp data prepare: %s\n" % e)
+        return EXIT_BAD_INPUT
+    except OSError as e:
         sys.stderr.write("sbp data prepare: %s\n" % e)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
