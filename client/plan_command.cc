@@ -9,11 +9,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "client/cli_common.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "kernels/compute_device.h"
 #include "nlohmann/json.hpp"
+#include "worker/engine/lora_store.h"
 #include "worker/engine/planner.h"
 #include "worker/model/model_config.h"
 
@@ -36,7 +39,9 @@ struct PlanOptions {
   std::string objective = "sft";
   double safety_margin = -1;  // < 0: the device's default
   bool bp_only = false;
-  std::string output;  // "" or "json"
+  int64_t lora_r = 0;                     // > 0: a LoRA job of this rank
+  std::vector<std::string> lora_modules;  // empty: all seven
+  std::string output;                     // "" or "json"
 };
 
 // "auto" -> 0, else a positive integer; errors name the flag.
@@ -84,6 +89,17 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
   r.world_size = o.world_size;
   ASSIGN_OR_RETURN(r.objective, ParsePlanObjective(o.objective));
   r.optimizer_state = !o.bp_only;
+  if (o.lora_r > 0) {
+    r.lora.r = o.lora_r;
+    r.lora.alpha = static_cast<double>(o.lora_r);  // memory does not depend on alpha
+    r.lora.target_modules = o.lora_modules.empty() ? LoraModuleNames() : o.lora_modules;
+    if (const absl::Status valid = ValidateLoraOptions(r.lora); !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--lora-r/--lora-modules: ", absl::StripPrefix(valid.message(), "lora.")));
+    }
+  } else if (!o.lora_modules.empty()) {
+    return absl::InvalidArgumentError("--lora-modules needs --lora-r");
+  }
   if (!o.memory.empty()) {
     absl::StatusOr<int64_t> bytes = ParseByteSize(o.memory);
     if (!bytes.ok() || *bytes <= 0) {
@@ -117,6 +133,7 @@ Json PlanJson(const PlanRequest& r, const MemoryPlan& plan) {
               {"world_size", r.world_size},
               {"objective", PlanObjectiveName(r.objective)},
               {"optimizer_state", r.optimizer_state},
+              {"lora_r", r.lora.r},
               {"model_state_bytes", plan.model_state_bytes},
               {"device_overhead_bytes", plan.device_overhead_bytes}};
 }
@@ -133,6 +150,10 @@ void PrintPlanText(const Parsed& p, const MemoryPlan& plan) {
   std::printf(", %s on %s, %lld worker%s%s\n", r.precision == DType::kBF16 ? "bf16" : "fp32",
               r.device == DeviceKind::kCuda ? "cuda" : "cpu", static_cast<long long>(r.world_size),
               r.world_size == 1 ? "" : "s (ZeRO-2)", r.optimizer_state ? "" : ", backprop only");
+  if (r.lora.enabled()) {
+    std::printf("LoRA r %lld on %s (frozen base)\n", static_cast<long long>(r.lora.r),
+                absl::StrJoin(r.lora.target_modules, ", ").c_str());
+  }
   std::printf("peak %s per worker (%lld bytes, %s phase)\n",
               FormatByteSize(plan.peak_bytes).c_str(), static_cast<long long>(plan.peak_bytes),
               plan.peak_phase.c_str());
@@ -222,11 +243,12 @@ int RunMaxSeqLen(const Parsed& p, const std::string& mode_flag, bool json) {
   const PlanRequest& r = p.request;
   std::printf(
       "%s: longest sequence per worker of %s (%.0f%% safety margin), %s on %s, "
-      "%lld worker%s%s\n",
+      "%lld worker%s%s%s\n",
       p.model_name.c_str(), FormatByteSize(*p.memory).c_str(), p.margin * 100,
       r.precision == DType::kBF16 ? "bf16" : "fp32", r.device == DeviceKind::kCuda ? "cuda" : "cpu",
       static_cast<long long>(r.world_size), r.world_size == 1 ? "" : "s (ZeRO-2)",
-      r.optimizer_state ? "" : ", backprop only");
+      r.optimizer_state ? "" : ", backprop only",
+      r.lora.enabled() ? absl::StrCat(", LoRA r ", r.lora.r).c_str() : "");
   std::printf("  %-10s  %9s  %10s\n", "mode", "seq_len", "peak");
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   return kExitOk;
@@ -278,6 +300,14 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   plan->add_flag("--bp-only", o->bp_only,
                  "backpropagation only: no optimizer moments or master weights (the StreamBP "
                  "paper's setup)");
+  plan->add_option("--lora-r", o->lora_r,
+                   "plan a LoRA job of this rank: frozen base, gradients and optimizer state "
+                   "for the adapters only")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  plan->add_option("--lora-modules", o->lora_modules,
+                   "LoRA target modules (default: q_proj k_proj v_proj o_proj gate_proj up_proj "
+                   "down_proj)")
+      ->delimiter(',');
   plan->add_option("-o,--output", o->output, "output format: json")->check(CLI::IsMember({"json"}));
   plan->callback([o, exit_code, model, preset, seq_len, max_seq_len] {
     if (model->count() + preset->count() != 1) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
+#include "worker/engine/lora_store.h"
 #include "worker/engine/planner_terms.h"
 
 namespace sbp {
@@ -151,6 +152,7 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
     return FieldError("world_size",
                       absl::StrCat("must be between 1 and ", 1 << 20, " (got ", r.world_size, ")"));
   }
+  if (r.lora.enabled()) RETURN_IF_ERROR(ValidateLoraOptions(r.lora));
   return absl::OkStatus();
 }
 

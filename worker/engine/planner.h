@@ -58,6 +58,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/dtype.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/lora_options.h"
 #include "worker/model/model_config.h"
 
 namespace sbp {
@@ -85,6 +86,12 @@ struct PlanRequest {
   std::optional<bool> reference_model;
   DeviceKind device = DeviceKind::kCpu;
   bool optimizer_state = true;  // false: backprop only (no moments, no master weights)
+  // LoRA (lora.r > 0): the weights are a frozen base; gradients, master
+  // weights, moments and the ZeRO-2 cache cover only the adapters (groups of
+  // the adapter layout: no tensor in embed and final), whose compute copy is
+  // `adapter_weights`; each chunk set adds three [C, r] buffers and the step
+  // a [max(H, head_dim)] f32 sink for the frozen norms' weight gradients.
+  LoraOptions lora;
 };
 
 // One named share of the peak.

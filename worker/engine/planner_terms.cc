@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/allocator.h"
+#include "worker/engine/lora_store.h"
 
 namespace sbp::planner {
 namespace {
@@ -125,6 +126,15 @@ StepShape ShapeOf(const PlanRequest& r) {
   s.tied = c.tie_word_embeddings;
   s.reference = r.reference_model.value_or(r.objective != PlanObjective::kSft);
   s.objective_scratch = r.objective != PlanObjective::kSft;
+  if (r.lora.enabled()) {
+    s.lora_r = r.lora.r;
+    for (const std::string& module : r.lora.target_modules) {
+      const auto [in, out] = LoraModuleShape(c, module);
+      s.adapter_layer_numel += r.lora.r * (in + out);
+    }
+    s.adapter_layer_group = GroupElements(s.adapter_layer_numel, s.N);
+    s.adapter_edge_group = GroupElements(0, s.N);
+  }
   return s;
 }
 
@@ -137,37 +147,57 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
     ledger.Add(name, copies * s.L, s.layer_group / divisor, bytes);
     ledger.Add(name, copies, s.final_group / divisor, bytes);
   };
-  const std::string params = absl::StrCat(P, " parameters");
+  const std::string base_params = absl::StrCat(P, " parameters");
   groups("weights", 1, 1, s.weight_bytes);
-  ledger.SetDetail("weights",
-                   absl::StrCat(params, ", ", DTypeLabel(s.weight_bytes),
-                                s.N > 1 ? absl::StrCat(", all-gathered in place as ",
+  const bool lora = s.lora_r > 0;
+  ledger.SetDetail(
+      "weights", absl::StrCat(base_params, ", ", DTypeLabel(s.weight_bytes),
+                              lora      ? ", frozen"
+                              : s.N > 1 ? absl::StrCat(", all-gathered in place as ",
                                                        DTypeLabel(s.weight_bytes), " after a step")
                                         : std::string()));
+  // The trained parameters: the model's groups, or LoRA's adapter groups.
+  const int64_t embed_group = lora ? s.adapter_edge_group : s.embed_group;
+  const int64_t layer_group = lora ? s.adapter_layer_group : s.layer_group;
+  const int64_t final_group = lora ? s.adapter_edge_group : s.final_group;
+  auto trained = [&](absl::string_view name, int64_t copies, int64_t divisor, int64_t bytes) {
+    ledger.Add(name, copies, embed_group / divisor, bytes);
+    ledger.Add(name, copies * s.L, layer_group / divisor, bytes);
+    ledger.Add(name, copies, final_group / divisor, bytes);
+  };
+  const std::string params =
+      lora ? absl::StrCat(s.L * s.adapter_layer_numel, " LoRA parameters (r ", s.lora_r, ")")
+           : base_params;
+  if (lora) {
+    trained("adapter_weights", 1, 1, s.weight_bytes);
+    ledger.SetDetail("adapter_weights", absl::StrCat(params, ", ", DTypeLabel(s.weight_bytes)));
+  }
+  // Adapters' gradients are f32 whatever the precision.
+  const int64_t gradient_bytes = lora ? kF32 : s.gradient_bytes;
   const bool bf16 = s.weight_bytes == 2;
   if (s.N == 1) {
-    groups("gradients", 1, 1, s.gradient_bytes);
-    ledger.SetDetail("gradients", absl::StrCat(params, ", ", DTypeLabel(s.gradient_bytes)));
+    trained("gradients", 1, 1, gradient_bytes);
+    ledger.SetDetail("gradients", absl::StrCat(params, ", ", DTypeLabel(gradient_bytes)));
   } else {
-    groups("gradient_shards", 1, s.N, kF32);
+    trained("gradient_shards", 1, s.N, kF32);
     ledger.SetDetail("gradient_shards", absl::StrCat("1/", s.N, " of ", params, ", f32"));
   }
   if (r.optimizer_state) {
     const std::string share = s.N == 1 ? params : absl::StrCat("1/", s.N, " of ", params);
     if (bf16) {
-      groups("master_weights", 1, s.N, kF32);
+      trained("master_weights", 1, s.N, kF32);
       ledger.SetDetail("master_weights", absl::StrCat(share, ", f32"));
     }
-    groups("optimizer_moments", 2, s.N, kF32);
+    trained("optimizer_moments", 2, s.N, kF32);
     ledger.SetDetail("optimizer_moments", absl::StrCat("AdamW m and v, ", share, ", f32"));
   }
   if (s.N > 1) {
-    ledger.Add("gradient_cache", 2, s.layer_group, kF32);
-    ledger.SetDetail("gradient_cache", absl::StrCat("2 x [", s.layer_group, "] f32 (one layer)"));
+    ledger.Add("gradient_cache", 2, layer_group, kF32);
+    ledger.SetDetail("gradient_cache", absl::StrCat("2 x [", layer_group, "] f32 (one layer)"));
     if (!s.cuda) {
       // Gloo's ring receives one chunk at a time from the allocator; NCCL
       // reduces in place within its own buffers (nccl_buffers).
-      const int64_t largest = std::max({s.embed_group, s.layer_group, s.final_group});
+      const int64_t largest = std::max({embed_group, layer_group, final_group});
       ledger.Add("comm_buffer", 1, largest / s.N, kF32);
       ledger.SetDetail("comm_buffer", absl::StrCat("[", largest / s.N, "] f32 (Gloo receive)"));
     }
@@ -177,7 +207,7 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
     ledger.Add("reference_weights", s.L, GroupElements(s.layer_numel, 1), s.weight_bytes);
     ledger.Add("reference_weights", 1, GroupElements(s.final_numel, 1), s.weight_bytes);
     ledger.SetDetail("reference_weights",
-                     absl::StrCat(params, ", ", DTypeLabel(s.weight_bytes), " (frozen)"));
+                     absl::StrCat(base_params, ", ", DTypeLabel(s.weight_bytes), " (frozen)"));
   }
   if (s.cuda) {
     ledger.Add("cublas_workspace", 1, kCublasWorkspace, 1);  // from the allocator
@@ -226,14 +256,15 @@ void AddChunk(Ledger& ledger, const StepShape& s, int64_t sets) {
     ledger.Add(name, sets, C * s.q, a);      // q before norm
     ledger.Add(name, sets, C * s.Hq, kF32);  // q rstd
   }
-  ledger.Add(name, sets, C * s.q, a);      // q
-  ledger.Add(name, sets, C * s.q, a);      // attention output
-  ledger.Add(name, sets, C * s.Hq, kF32);  // lse
-  ledger.Add(name, sets, C * s.H, a);      // h
-  ledger.Add(name, sets, C, kF32);         // h_rstd
-  ledger.Add(name, sets, C * s.H, a);      // hn
-  ledger.Add(name, 3 * sets, C * s.I, a);  // gate, up, act
-  ledger.Add(name, 2 * sets, C * s.q, a);  // d_attn, dq
+  ledger.Add(name, sets, C * s.q, a);                             // q
+  ledger.Add(name, sets, C * s.q, a);                             // attention output
+  ledger.Add(name, sets, C * s.Hq, kF32);                         // lse
+  ledger.Add(name, sets, C * s.H, a);                             // h
+  ledger.Add(name, sets, C, kF32);                                // h_rstd
+  ledger.Add(name, sets, C * s.H, a);                             // hn
+  ledger.Add(name, 3 * sets, C * s.I, a);                         // gate, up, act
+  ledger.Add(name, 2 * sets, C * s.q, a);                         // d_attn, dq
+  if (s.lora_r > 0) ledger.Add(name, 3 * sets, C * s.lora_r, a);  // LoRA u, t, t2
   ledger.SetDetail(name,
                    absl::StrCat(sets == 1 ? "" : absl::StrCat(sets, " x "), C, " rows x (3 H + ",
                                 s.qk_norm ? 5 : 4, " Hq*d + 3 I) ", DTypeLabel(a)));
@@ -255,6 +286,10 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
   AddChunk(ledger, s, sets);
   ledger.Add("hidden_gradient", 1, s.T * s.H, s.act_bytes);
   ledger.SetDetail("hidden_gradient", Shape2(1, s.T, s.H, s.act_bytes));
+  if (s.lora_r > 0) {  // the frozen norms' weight-gradient sink
+    ledger.Add("frozen_norm_sink", 1, std::max(s.H, s.q / s.Hq), kF32);
+    ledger.SetDetail("frozen_norm_sink", absl::StrCat("[", std::max(s.H, s.q / s.Hq), "] f32"));
+  }
   if (phase == Phase::kLmHead) {
     ledger.Add("head_temporaries", 1, s.LC * s.H, s.act_bytes);  // normed hidden
     ledger.Add("head_temporaries", 1, s.LC, kF32);               // rstd
@@ -278,13 +313,16 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
     ledger.SetDetail("token_ids", absl::StrCat("2 x [", s.T, "] i32"));
   }
   if (s.N > 1) {
+    // With LoRA the sink hands out the adapter layout's (empty) edge groups.
+    const int64_t final_group = s.lora_r > 0 ? s.adapter_edge_group : s.final_group;
+    const int64_t embed_group = s.lora_r > 0 ? s.adapter_edge_group : s.embed_group;
     if (phase == Phase::kLmHead) {
-      ledger.Add("head_gradient_buffer", 1, s.final_group, kF32);
-      ledger.SetDetail("head_gradient_buffer", absl::StrCat("[", s.final_group, "] f32"));
+      ledger.Add("head_gradient_buffer", 1, final_group, kF32);
+      ledger.SetDetail("head_gradient_buffer", absl::StrCat("[", final_group, "] f32"));
     }
     if (phase == Phase::kEmbeddingBackward || s.tied) {
-      ledger.Add("embedding_gradient_buffer", 1, s.embed_group, kF32);
-      ledger.SetDetail("embedding_gradient_buffer", absl::StrCat("[", s.embed_group, "] f32"));
+      ledger.Add("embedding_gradient_buffer", 1, embed_group, kF32);
+      ledger.SetDetail("embedding_gradient_buffer", absl::StrCat("[", embed_group, "] f32"));
     }
   }
   return ledger;

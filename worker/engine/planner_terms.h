@@ -60,6 +60,10 @@ struct StepShape {
   bool qk_norm = false, tied = false, keep_all = false, stream = false;
   bool cuda = false;
   bool reference = false, objective_scratch = false;
+  // LoRA: the rank, and the adapter groups (padded to N) that replace the
+  // model's groups wherever the trained parameters are counted.
+  int64_t lora_r = 0;
+  int64_t adapter_layer_numel = 0, adapter_layer_group = 0, adapter_edge_group = 0;
 };
 
 // The sizes of `request` with chunks already chosen (0 in the request: the

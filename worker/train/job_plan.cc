@@ -26,6 +26,7 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
                       (spec.objective == Objective::kGrpo && spec.grpo.beta > 0);
   r.device = spec.resources.device;
   r.optimizer_state = true;
+  r.lora = spec.lora;
   return r;
 }
 
