@@ -56,6 +56,34 @@ TEST_P(ExampleJobTest, ParsesAndLoads) {
 INSTANTIATE_TEST_SUITE_P(Examples, ExampleJobTest,
                          ::testing::Values("tiny-sft", "tiny-dpo", "tiny-grpo"));
 
+// The LoRA example: SFT on the reverse task with adapters on every module;
+// its plan is a fraction of full fine-tuning's model state.
+TEST(ExampleLoraJobTest, ParsesLoadsAndPlansAsLora) {
+  const std::string root = train_testing::SourceDir();
+  const std::string path = absl::StrCat(root, "/examples/jobs/tiny-lora.yaml");
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(ReadText(path), path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "tiny-lora");
+  EXPECT_EQ(spec->objective, Objective::kSft);
+  EXPECT_EQ(spec->lora.r, 8);
+  EXPECT_DOUBLE_EQ(spec->lora.scaling(), 2.0);
+  EXPECT_EQ(spec->lora.target_modules, LoraModuleNames());
+  EXPECT_TRUE(spec->checkpoint.dir.empty());
+  absl::StatusOr<Dataset> data = Dataset::LoadForJob(*spec, root, kTinyVocab);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_GE(data->size(), spec->train.sequences_per_step);
+  absl::StatusOr<ModelConfig> config = PresetConfig("tiny-qwen3");
+  ASSERT_TRUE(config.ok());
+  PlanRequest request = PlanRequestForSpec(*spec, *config);
+  EXPECT_EQ(request.lora, spec->lora);
+  absl::StatusOr<MemoryPlan> lora = PlanMemory(request);
+  ASSERT_TRUE(lora.ok()) << lora.status();
+  request.lora = LoraOptions();
+  absl::StatusOr<MemoryPlan> full = PlanMemory(request);
+  ASSERT_TRUE(full.ok());
+  EXPECT_LT(lora->model_state_bytes, full->model_state_bytes / 2);
+}
+
 // The chat example: text tokenized by `sbp data prepare` into a token shard
 // file that fits the model of examples/configs/tiny-chat-qwen3.json.
 TEST(ExampleChatJobTest, ReadsThePreparedShards) {
