@@ -69,13 +69,17 @@ class Backend {
                                const Tensor& dy, Tensor& dx, Tensor& dweight) = 0;
 
   // ---- rotary position embedding (Hugging Face rotate_half) ----------------
-  // x [T, H, d] in place; row t has position pos = position_offset + t;
+  // x [T, H, d] in place; row t has position pos = position_offset + t, or,
+  // with doc_offsets (packed documents, kernels/documents.h, on this backend's
+  // device), pos = p - DocumentStart(p) for p = position_offset + t;
   // angle = pos * rope.inv_freq_i for i < d/2 (d = rope.head_dim()),
   // c = m cos(angle), s = m sin(angle) with m = rope.attention_scaling;
   // x1 = x[..., :d/2], x2 = x[..., d/2:]: (x1, x2) <- (x1 c - x2 s, x2 c + x1 s).
-  virtual void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) = 0;
+  virtual void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope,
+                           const Tensor* doc_offsets = nullptr) = 0;
   // The transposed map (c, -s), in place on the gradient.
-  virtual void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) = 0;
+  virtual void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope,
+                            const Tensor* doc_offsets = nullptr) = 0;
 
   // ---- matmul: the three layouts of a linear layer y = x W^T --------------
   // y [N, M] = x [N, K] . w [M, K]^T   (+= when accumulate)
@@ -95,15 +99,19 @@ class Backend {
   // h / (Hq / Hkv). s_ij = scale * q_i . k_j;  out_i = sum_j softmax_j(s_i) v_j;
   // lse [Tq, Hq] = logsumexp_j s_ij is saved for backward when non-null.
   // Tiled: memory O(tile^2) per thread, never a Tq x Tk matrix.
+  // Packed documents: with doc_offsets (i32 [n + 1] on this backend's device,
+  // kernels/documents.h), query i sees only keys j with
+  // DocumentStart(q_offset + i) <= j <= q_offset + i (block-diagonal causal).
   virtual void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,
-                                float scale, Tensor& out, Tensor* lse) = 0;
+                                float scale, Tensor& out, Tensor* lse,
+                                const Tensor* doc_offsets = nullptr) = 0;
   // P = exp(s - lse), D_i = dout_i . out_i, dS = P * (dout . v^T - D):
   // dq = scale * dS k (written), dk += scale * dS^T q, dv += P^T dout
   // (accumulated, so chunks of queries sum their contributions).
   virtual void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v,
                                  const Tensor& out, const Tensor& dout, const Tensor& lse,
-                                 int64_t q_offset, float scale, Tensor& dq, Tensor& dk,
-                                 Tensor& dv) = 0;
+                                 int64_t q_offset, float scale, Tensor& dq, Tensor& dk, Tensor& dv,
+                                 const Tensor* doc_offsets = nullptr) = 0;
 
   // ---- SwiGLU --------------------------------------------------------------
   // out = silu(gate) * up, all [N, F]; silu(g) = g * sigmoid(g).

@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/op_checks.h"
+#include "kernels/documents.h"
 
 namespace sbp::cpu {
 namespace {
@@ -70,6 +71,29 @@ void CheckLse(const Tensor& lse, const Dims& dims) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Packed documents: per query row, the first key it sees (its document's
+// start); empty without documents.
+struct QueryDocuments {
+  const int32_t* offsets = nullptr;
+  int64_t count = 0;
+  std::vector<int64_t> first_key;  // [Tq]
+  const int64_t* first() const { return offsets != nullptr ? first_key.data() : nullptr; }
+};
+
+QueryDocuments DocumentsOf(const Tensor* doc_offsets, int64_t q_offset, int64_t tq) {
+  QueryDocuments docs;
+  if (doc_offsets == nullptr) return docs;
+  CHECK(doc_offsets->device().is_cpu()) << "attention: document offsets must be on the cpu";
+  CheckDocumentOffsets(*doc_offsets, q_offset + tq, /*values=*/true, "attention");
+  docs.offsets = doc_offsets->data<int32_t>();
+  docs.count = doc_offsets->dim(0);
+  docs.first_key.resize(static_cast<size_t>(tq));
+  for (int64_t i = 0; i < tq; ++i) {
+    docs.first_key[i] = DocumentStart(docs.offsets, docs.count, q_offset + i);
+  }
+  return docs;
+}
+
 int Blas(int64_t n) { return static_cast<int>(n); }
 
 // c [m, n] (ldc) = alpha op(a) op(b) + beta c, row-major.
@@ -97,12 +121,15 @@ static_assert(kTq <= kTk, "a diagonal strip of the forward is up to kTq keys wid
 // The forward pass for one (query head, query tile) at a time.
 class ForwardTile {
  public:
-  ForwardTile(const Dims& dims, const float* q, const float* k, const float* v, float scale)
+  ForwardTile(const Dims& dims, const float* q, const float* k, const float* v, float scale,
+              const int64_t* first_key)
       : dims_(dims),
         q_(q),
         k_(k),
         v_(v),
         scale_(scale),
+        first_key_(first_key),
+        lo_(kTq),
         s_(kTq * kTk),
         acc_(kTq * dims.d),
         m_(kTq),
@@ -116,15 +143,20 @@ class ForwardTile {
     i0_ = i0;
     std::fill_n(m_.data(), bq, -std::numeric_limits<float>::infinity());
     std::fill_n(l_.data(), bq, 0.0f);
-    // Keys [0, p0) are visible to every row of the tile.
-    for (int64_t j0 = 0; j0 < p0; j0 += kTk) {
-      Block(0, bq, j0, std::min(kTk, p0 - j0), /*diag=*/kTk, /*first=*/j0 == 0);
+    // Keys [ks, p0), where ks is the first key of the tile's first row (0
+    // without documents): tiles of keys before any row's document are
+    // skipped; rows of later documents mask their start (lo_).
+    const int64_t ks = first_key_ != nullptr ? first_key_[i0] : 0;
+    for (int64_t j0 = ks; j0 < p0; j0 += kTk) {
+      Block(0, bq, j0, std::min(kTk, p0 - j0), /*diag=*/kTk, /*first=*/j0 == ks);
     }
     // Keys [p0, p0 + bq): the causal triangle, in strips of rows; rows
-    // [r0, r1) see keys up to p0 + r1 - 1, row r0 its first r0 + 1 of them.
+    // [r0, r1) see keys up to p0 + r1 - 1, row r0 its first r0 + 1 of them
+    // (keys from js on, when the strip's documents start later).
     for (int64_t r0 = 0; r0 < bq; r0 += kStrip) {
       const int64_t r1 = std::min(bq, r0 + kStrip);
-      Block(r0, r1, p0, r1, /*diag=*/r0 + 1, /*first=*/p0 == 0);
+      const int64_t js = first_key_ != nullptr ? std::max(p0, first_key_[i0 + r0]) : p0;
+      Block(r0, r1, js, p0 + r1 - js, /*diag=*/p0 + r0 - js + 1, /*first=*/ks >= p0);
     }
     FinishRows(acc_.data(), dims_.d, bq, dims_.d, m_.data(), l_.data(), out, dims_.q_ld(), lse,
                dims_.hq);
@@ -139,8 +171,13 @@ class ForwardTile {
     float* acc = acc_.data() + r0 * d;
     Gemm(false, true, rows, bk, d, scale_, q_ + ((i0_ + r0) * dims_.hq + h_) * d, dims_.q_ld(),
          k_ + kv_off, dims_.kv_ld(), 0.0f, s_.data(), kTk);
+    const int64_t* lo = nullptr;
+    if (first_key_ != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) lo_[r] = first_key_[i0_ + r0 + r] - j0;
+      lo = lo_.data();
+    }
     OnlineSoftmaxTile(s_.data(), kTk, rows, bk, diag, m_.data() + r0, l_.data() + r0,
-                      alpha_.data() + r0);
+                      alpha_.data() + r0, lo);
     if (!first) ScaleRows(acc, d, rows, d, alpha_.data() + r0);
     Gemm(false, false, rows, d, bk, 1.0f, s_.data(), kTk, v_ + kv_off, dims_.kv_ld(),
          first ? 0.0f : 1.0f, acc, d);
@@ -151,6 +188,8 @@ class ForwardTile {
   const float* k_;
   const float* v_;
   const float scale_;
+  const int64_t* first_key_;  // [Tq] first key of each query row, or null
+  std::vector<int64_t> lo_;   // [kTq] first visible column of a block's rows
   int64_t h_ = 0, g_ = 0, i0_ = 0;
   // s [kTq, kTk] scores then probabilities; acc [kTq, d] unnormalised output;
   // m, l, alpha [kTq] running max, running sum of exp, rescale factor.
@@ -161,6 +200,7 @@ struct BackwardArgs {
   const float *q, *k, *v, *dout, *lse, *delta;
   float *dk, *dv;
   float scale;
+  const int64_t* first_key;  // [Tq] first key of each query row, or null
 };
 
 // The backward pass for one (KV head, key tile) against one query tile of
@@ -169,13 +209,14 @@ struct BackwardArgs {
 class BackwardTile {
  public:
   BackwardTile(const Dims& dims, const BackwardArgs& args)
-      : dims_(dims), a_(args), p_(kTq * kTk), ds_(kTq * kTk), dq_part_(kTq * dims.d) {}
+      : dims_(dims), a_(args), lo_(kTq), p_(kTq * kTk), ds_(kTq * kTk), dq_part_(kTq * dims.d) {}
 
   // Keys [j0, j0 + bk) of KV head h / group; query rows [i0, i0 + bq) of
   // head h at sequence positions from p0 = q_offset + i0 (p0 + bq > j0).
   void Run(int64_t h, int64_t i0, int64_t bq, int64_t p0, int64_t j0, int64_t bk) {
     h_ = h;
     i0_ = i0;
+    j0_ = j0;
     const int64_t kv_off = (j0 * dims_.hkv + h / dims_.group) * dims_.d;
     k_ = a_.k + kv_off;
     v_ = a_.v + kv_off;
@@ -214,7 +255,12 @@ class BackwardTile {
     float* ds = ds_.data();
     // P = exp(scale q k^T - lse)
     Gemm(false, true, rows, cols, d, a_.scale, q, q_ld, k_ + kv_off, kv_ld, 0.0f, p, kTk);
-    ProbabilitiesTile(p, kTk, rows, cols, diag, a_.lse + row, dims_.hq);
+    const int64_t* lo = nullptr;
+    if (a_.first_key != nullptr) {
+      for (int64_t r = 0; r < rows; ++r) lo_[r] = a_.first_key[i0_ + r0 + r] - (j0_ + c0);
+      lo = lo_.data();
+    }
+    ProbabilitiesTile(p, kTk, rows, cols, diag, a_.lse + row, dims_.hq, lo);
     // dv += P^T dout
     Gemm(true, false, cols, d, rows, 1.0f, p, kTk, dout, q_ld, 1.0f, dv_ + kv_off, kv_ld);
     // dS = P * (dout v^T - delta)
@@ -229,7 +275,8 @@ class BackwardTile {
 
   const Dims& dims_;
   const BackwardArgs a_;
-  int64_t h_ = 0, i0_ = 0;
+  int64_t h_ = 0, i0_ = 0, j0_ = 0;
+  std::vector<int64_t> lo_;  // [kTq] first visible column of a block's rows
   const float* k_ = nullptr;
   const float* v_ = nullptr;
   float* dk_ = nullptr;
@@ -241,11 +288,12 @@ class BackwardTile {
 }  // namespace
 
 void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,
-                      float scale, Tensor& out, Tensor* lse) {
+                      float scale, Tensor& out, Tensor* lse, const Tensor* doc_offsets) {
   const Dims dims = CheckInputs(q, k, v, q_offset);
   CheckSameShape(out, "out", q, "q");
   if (lse != nullptr) CheckLse(*lse, dims);
   if (dims.tq == 0) return;
+  const QueryDocuments docs = DocumentsOf(doc_offsets, q_offset, dims.tq);
 
   float* op = out.data<float>();
   float* lp = lse != nullptr ? lse->data<float>() : nullptr;
@@ -254,7 +302,7 @@ void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
 
 #pragma omp parallel
   {
-    ForwardTile tile(dims, q.data<float>(), k.data<float>(), v.data<float>(), scale);
+    ForwardTile tile(dims, q.data<float>(), k.data<float>(), v.data<float>(), scale, docs.first());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t qt = n_qt - 1 - item / dims.hq;  // the longest rows (last tiles) first
@@ -269,7 +317,7 @@ void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
 
 void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& dout, const Tensor& lse, int64_t q_offset, float scale,
-                       Tensor& dq, Tensor& dk, Tensor& dv) {
+                       Tensor& dq, Tensor& dk, Tensor& dv, const Tensor* doc_offsets) {
   const Dims dims = CheckInputs(q, k, v, q_offset);
   CheckSameShape(out, "out", q, "q");
   CheckSameShape(dout, "dout", q, "q");
@@ -278,6 +326,7 @@ void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   CheckSameShape(dv, "dv", k, "k");
   CheckLse(lse, dims);
   if (dims.tq == 0) return;
+  const QueryDocuments docs = DocumentsOf(doc_offsets, q_offset, dims.tq);
 
   const int64_t d = dims.d, hq = dims.hq, hkv = dims.hkv, q_ld = dims.q_ld();
   const int64_t n_qt = CeilDiv(dims.tq, kTq);
@@ -294,15 +343,23 @@ void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
     RowDots(dop + i * q_ld, op + i * q_ld, d, hq, d, delta.data() + i * hq);
   }
   const BackwardArgs args{
-      q.data<float>(), k.data<float>(),  v.data<float>(),  dop,  lse.data<float>(),
-      delta.data(),    dk.data<float>(), dv.data<float>(), scale};
+      q.data<float>(), k.data<float>(),  v.data<float>(),  dop,   lse.data<float>(),
+      delta.data(),    dk.data<float>(), dv.data<float>(), scale, docs.first()};
   float* dqp = dq.data<float>();
 
-  // tickets[h * n_qt + qt]: how many key tiles have added their part to that
-  // dq tile. Key tiles 0..J all contribute to a dq tile (J depends on the
-  // tile), so they take turns in key-tile order; tile 0 writes, the rest add.
+  // tickets[h * n_qt + qt]: the next key tile to add its part to that dq
+  // tile. Key tiles F..J all contribute to a dq tile (F, J depend on the
+  // tile; F = 0 without documents, else the tile holding the first row's
+  // document start), so they take turns in key-tile order; F writes, the
+  // rest add.
+  std::vector<int64_t> first_kt(n_qt, 0);
+  if (docs.first() != nullptr) {
+    for (int64_t qt = 0; qt < n_qt; ++qt) first_kt[qt] = docs.first_key[qt * kTq] / kTk;
+  }
   std::unique_ptr<std::atomic<int64_t>[]> tickets(new std::atomic<int64_t>[hq * n_qt]);
-  for (int64_t i = 0; i < hq * n_qt; ++i) tickets[i].store(0, std::memory_order_relaxed);
+  for (int64_t i = 0; i < hq * n_qt; ++i) {
+    tickets[i].store(first_kt[i % n_qt], std::memory_order_relaxed);
+  }
   // Items are handed out strictly in order (kt-major), so the item a thread
   // waits for is always running or done: no deadlock.
   std::atomic<int64_t> next_item{0};
@@ -317,17 +374,24 @@ void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
       const int64_t g = item % hkv;
       const int64_t j0 = kt * kTk;
       const int64_t bk = std::min(kTk, key_end - j0);
-      // The first query tile that sees key j0.
+      // The first query tile that sees key j0; the last one that sees a key
+      // of the tile (queries past the document of its last key see none).
       const int64_t first_qt = std::max<int64_t>(0, j0 - q_offset) / kTq;
+      int64_t last_qt = n_qt - 1;
+      if (docs.first() != nullptr) {
+        const int64_t q_end = std::min(
+            dims.tq, DocumentEnd(docs.offsets, docs.count, j0 + bk - 1, key_end) - q_offset);
+        last_qt = q_end > 0 ? (q_end - 1) / kTq : -1;
+      }
       for (int64_t h = g * dims.group; h < (g + 1) * dims.group; ++h) {
-        for (int64_t qt = n_qt - 1; qt >= first_qt; --qt) {
+        for (int64_t qt = last_qt; qt >= first_qt; --qt) {
           const int64_t i0 = qt * kTq;
           const int64_t bq = std::min(kTq, dims.tq - i0);
           tile.Run(h, i0, bq, q_offset + i0, j0, bk);
           std::atomic<int64_t>& ticket = tickets[h * n_qt + qt];
           WaitForTicket(ticket, kt);
           AddRows(tile.dq_part(), d, dqp + (i0 * hq + h) * d, q_ld, bq, d,
-                  /*accumulate=*/kt > 0);
+                  /*accumulate=*/kt > first_kt[qt]);
           ticket.store(kt + 1, std::memory_order_release);
         }
       }

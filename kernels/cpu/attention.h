@@ -27,6 +27,12 @@
 // each dq tile in key-tile order (a ticket per dq tile), which makes dq
 // race-free and every result bit-for-bit independent of the thread count.
 // Backward also keeps delta [Tq, Hq] (the size of lse) for the whole call.
+//
+// Packed documents (doc_offsets non-null, host i32, kernels/documents.h):
+// query i at sequence row p = q_offset + i sees keys [DocumentStart(p), p]
+// (block-diagonal causal). Key tiles before the first document of a query
+// tile and query tiles after the last document of a key tile are skipped;
+// tiles that straddle a boundary mask each row's document start.
 #pragma once
 
 #include <cstdint>
@@ -42,11 +48,11 @@ inline constexpr int64_t kAttentionTileK = 256;
 
 // out [Tq, Hq, d] = causal softmax(scale q k^T) v; lse [Tq, Hq] when non-null.
 void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,
-                      float scale, Tensor& out, Tensor* lse);
+                      float scale, Tensor& out, Tensor* lse, const Tensor* doc_offsets = nullptr);
 
 // Gradients of AttentionForward: dq written, dk and dv accumulated (+=).
 void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                        const Tensor& dout, const Tensor& lse, int64_t q_offset, float scale,
-                       Tensor& dq, Tensor& dk, Tensor& dv);
+                       Tensor& dq, Tensor& dk, Tensor& dv, const Tensor* doc_offsets = nullptr);
 
 }  // namespace sbp::cpu

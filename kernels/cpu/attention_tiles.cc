@@ -18,19 +18,21 @@ float FastExp(float x) { return ExpInline(x); }
 
 SBP_TILE_CLONES
 void OnlineSoftmaxTile(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t diag, float* m,
-                       float* l, float* alpha) {
+                       float* l, float* alpha, const int64_t* lo) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = s + r * ld;
     const int64_t n = Visible(diag, r, cols);
-    if (n == 0) {
+    const int64_t c0 = FirstVisible(lo, r, cols);
+    if (n <= c0) {
       for (int64_t c = 0; c < cols; ++c) row[c] = 0.0f;
       alpha[r] = 1.0f;
       continue;
     }
-    const float m_new = std::max(m[r], RowMax(row, n));
+    for (int64_t c = 0; c < c0; ++c) row[c] = 0.0f;
+    const float m_new = std::max(m[r], RowMax(row + c0, n - c0));
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < n; ++c) {
+    for (int64_t c = c0; c < n; ++c) {
       const float e = ExpInline(row[c] - m_new);
       row[c] = e;
       sum += e;
@@ -69,13 +71,15 @@ void FinishRows(const float* acc, int64_t acc_ld, int64_t rows, int64_t d, const
 
 SBP_TILE_CLONES
 void ProbabilitiesTile(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t diag,
-                       const float* lse, int64_t lse_stride) {
+                       const float* lse, int64_t lse_stride, const int64_t* lo) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = s + r * ld;
     const int64_t n = Visible(diag, r, cols);
+    const int64_t c0 = std::min(FirstVisible(lo, r, cols), n);
     const float shift = lse[r * lse_stride];
+    for (int64_t c = 0; c < c0; ++c) row[c] = 0.0f;
 #pragma omp simd
-    for (int64_t c = 0; c < n; ++c) row[c] = ExpInline(row[c] - shift);
+    for (int64_t c = c0; c < n; ++c) row[c] = ExpInline(row[c] - shift);
     for (int64_t c = n; c < cols; ++c) row[c] = 0.0f;
   }
 }

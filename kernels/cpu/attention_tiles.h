@@ -7,7 +7,9 @@
 // dimension `ld`. The causal mask of a tile is one number, `diag`: row r sees
 // its first Visible(diag, r, cols) = clamp(diag + r, 0, cols) columns, where
 // diag = (q_offset + first query row) - (first key column) + 1. A tile with
-// diag >= cols is unmasked. Masked entries of P and dS are written as 0.
+// diag >= cols is unmasked. Packed documents add a lower bound: when `lo` is
+// non-null, row r sees only columns [clamp(lo[r], 0, cols), Visible(...)) (its
+// document starts at column lo[r]). Masked entries of P and dS are written as 0.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +19,11 @@ namespace sbp::cpu::attention_internal {
 
 inline int64_t Visible(int64_t diag, int64_t r, int64_t cols) {
   return std::clamp<int64_t>(diag + r, 0, cols);
+}
+
+// The first visible column of row r: 0 without documents.
+inline int64_t FirstVisible(const int64_t* lo, int64_t r, int64_t cols) {
+  return lo == nullptr ? 0 : std::clamp<int64_t>(lo[r], 0, cols);
 }
 
 // exp(x) for x in [-inf, 88], relative error below 2.5e-7; returns 0 for
@@ -29,7 +36,7 @@ float FastExp(float x);
 // masked), m and l are updated and alpha [rows] = exp(m_old - m_new) is the
 // factor by which the row's output accumulator must be rescaled.
 void OnlineSoftmaxTile(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t diag, float* m,
-                       float* l, float* alpha);
+                       float* l, float* alpha, const int64_t* lo = nullptr);
 
 // acc [rows, ld] row r *= alpha[r] over `cols` columns.
 void ScaleRows(float* acc, int64_t ld, int64_t rows, int64_t cols, const float* alpha);
@@ -41,7 +48,7 @@ void FinishRows(const float* acc, int64_t acc_ld, int64_t rows, int64_t d, const
 
 // Backward: s [rows, ld] scaled scores -> P = exp(s - lse[r * lse_stride]), 0 where masked.
 void ProbabilitiesTile(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t diag,
-                       const float* lse, int64_t lse_stride);
+                       const float* lse, int64_t lse_stride, const int64_t* lo = nullptr);
 
 // Backward: dp [rows, ld] -> dS = P * (dp - delta[r * delta_stride]) (0 where P is 0).
 void SoftmaxGradTile(const float* p, float* dp, int64_t ld, int64_t rows, int64_t cols,

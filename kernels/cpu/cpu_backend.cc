@@ -28,11 +28,13 @@ void CpuBackend::RmsNormBackward(const Tensor& x, const Tensor& weight, const Te
                                  const Tensor& dy, Tensor& dx, Tensor& dweight) {
   cpu::RmsNormBackward(x, weight, rstd, dy, dx, dweight);
 }
-void CpuBackend::RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) {
-  cpu::RopeForward(x, position_offset, rope);
+void CpuBackend::RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope,
+                             const Tensor* doc_offsets) {
+  cpu::RopeForward(x, position_offset, rope, doc_offsets);
 }
-void CpuBackend::RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) {
-  cpu::RopeBackward(dx, position_offset, rope);
+void CpuBackend::RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope,
+                              const Tensor* doc_offsets) {
+  cpu::RopeBackward(dx, position_offset, rope, doc_offsets);
 }
 void CpuBackend::MatmulXWt(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   cpu::MatmulXWt(x, w, y, accumulate);
@@ -46,14 +48,15 @@ void CpuBackend::MatmulAccumDyTX(const Tensor& dy, const Tensor& x, Tensor& dw) 
 void CpuBackend::AddBias(Tensor& y, const Tensor& bias) { cpu::AddBias(y, bias); }
 void CpuBackend::BiasBackward(const Tensor& dy, Tensor& dbias) { cpu::BiasBackward(dy, dbias); }
 void CpuBackend::AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  int64_t q_offset, float scale, Tensor& out, Tensor* lse) {
-  cpu::AttentionForward(q, k, v, q_offset, scale, out, lse);
+                                  int64_t q_offset, float scale, Tensor& out, Tensor* lse,
+                                  const Tensor* doc_offsets) {
+  cpu::AttentionForward(q, k, v, q_offset, scale, out, lse, doc_offsets);
 }
 void CpuBackend::AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out, const Tensor& dout, const Tensor& lse,
                                    int64_t q_offset, float scale, Tensor& dq, Tensor& dk,
-                                   Tensor& dv) {
-  cpu::AttentionBackward(q, k, v, out, dout, lse, q_offset, scale, dq, dk, dv);
+                                   Tensor& dv, const Tensor* doc_offsets) {
+  cpu::AttentionBackward(q, k, v, out, dout, lse, q_offset, scale, dq, dk, dv, doc_offsets);
 }
 void CpuBackend::SwigluForward(const Tensor& gate, const Tensor& up, Tensor& out) {
   cpu::SwigluForward(gate, up, out);

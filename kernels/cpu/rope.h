@@ -13,6 +13,10 @@
 // evaluated in double once per (t, i), rounded to fp32 and shared by the H
 // heads of row t. Rows are independent, so a chunk [s, e) with offset s gives
 // rows [s, e) of the whole-sequence result.
+//
+// With document offsets (kernels/documents.h, host i32), row t's position is
+// p - DocumentStart(p) for p = position_offset + t: each packed document
+// restarts at position 0.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +26,9 @@
 
 namespace sbp::cpu {
 
-void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope);
-void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope);
+void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope,
+                 const Tensor* doc_offsets = nullptr);
+void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope,
+                  const Tensor* doc_offsets = nullptr);
 
 }  // namespace sbp::cpu

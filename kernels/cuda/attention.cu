@@ -17,6 +17,9 @@
 //   memory, over every query head of the key's group:
 //   dk_j += scale sum_i dS_ij q_i, dv_j += sum_i P_ij dout_i (accumulated).
 // No T x T matrix; each dq, dk, dv element is owned by one thread (no atomics).
+// Packed documents (AttentionArgs::doc_offsets): query i also needs
+// j >= FirstKey(q_offset + i); key tiles before a block's first document and
+// query tiles past a key block's last document are skipped.
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
@@ -29,8 +32,15 @@ constexpr int kTile = 32;  // keys (forward, dq) or queries (dk/dv) per shared t
 constexpr int kPerLane = kGenericMaxHeadDim / 32;
 constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ bool Visible(const AttentionArgs& a, int64_t i, int64_t j) {
-  return i < a.tq && j < a.tk && j <= a.q_offset + i;
+// `first`: the first key query i sees (FirstKey).
+__device__ __forceinline__ bool Visible(const AttentionArgs& a, int64_t i, int64_t j,
+                                        int64_t first) {
+  return i < a.tq && j < a.tk && j <= a.q_offset + i && j >= first;
+}
+
+// The first key tile (a multiple of `tile`) that a block of queries from row i0 reads.
+__device__ __forceinline__ int64_t FirstKeyTile(const AttentionArgs& a, int64_t i0, int tile) {
+  return FirstKey(a, a.q_offset + i0) / tile * tile;
 }
 
 // dst [count][ld] <- rows [r0, r0 + count) of head `head` of src [rows, heads, d]
@@ -67,13 +77,14 @@ __global__ void __launch_bounds__(kRows * 32) ForwardKernel(AttentionArgs a, Out
   float acc[kPerLane];
 #pragma unroll
   for (int u = 0; u < kPerLane; ++u) acc[u] = 0.0f;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+  const int64_t first = i < a.tq ? FirstKey(a, a.q_offset + i) : 0;
+  for (int64_t j0 = FirstKeyTile(a, i0, kTile); j0 < key_end; j0 += kTile) {
     __syncthreads();  // the previous tile is consumed (and s_q is loaded)
     LoadRows(In{a.k, a.k_type}, j0, kTile, key_end, a.hkv, hk, d, s_k, ld);
     LoadRows(In{a.v, a.v_type}, j0, kTile, key_end, a.hkv, hk, d, s_v, ld);
     __syncthreads();
     const int64_t j = j0 + lane;
-    const float s = Visible(a, i, j) ? Dot(q_row, s_k + lane * ld, d) * a.scale : -INFINITY;
+    const float s = Visible(a, i, j, first) ? Dot(q_row, s_k + lane * ld, d) * a.scale : -INFINITY;
     const float m_new = fmaxf(m, WarpMax(s));
     if (m_new == -INFINITY) continue;  // nothing visible yet (uniform in the warp)
     const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
@@ -125,14 +136,15 @@ __global__ void __launch_bounds__(kRows * 32)
   float acc[kPerLane];
 #pragma unroll
   for (int u = 0; u < kPerLane; ++u) acc[u] = 0.0f;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+  const int64_t first = i < a.tq ? FirstKey(a, a.q_offset + i) : 0;
+  for (int64_t j0 = FirstKeyTile(a, i0, kTile); j0 < key_end; j0 += kTile) {
     __syncthreads();
     LoadRows(In{a.k, a.k_type}, j0, kTile, key_end, a.hkv, hk, d, s_k, ld);
     LoadRows(In{a.v, a.v_type}, j0, kTile, key_end, a.hkv, hk, d, s_v, ld);
     __syncthreads();
     const int64_t j = j0 + lane;
     float ds = 0.0f;
-    if (Visible(a, i, j)) {
+    if (Visible(a, i, j, first)) {
       const float p = expf(Dot(q_row, s_k + lane * ld, d) * a.scale - lse_i);
       ds = p * (Dot(do_row, s_v + lane * ld, d) - delta_i);
     }
@@ -178,11 +190,16 @@ __global__ void __launch_bounds__(kRows * 32)
   float acc_k[kPerLane], acc_v[kPerLane];
 #pragma unroll
   for (int u = 0; u < kPerLane; ++u) acc_k[u] = acc_v[u] = 0.0f;
-  // The first query that sees key j0 is j0 - q_offset.
+  // The first query that sees key j0 is j0 - q_offset; queries from the end
+  // of the last key's document on see none of the block's keys.
   const int64_t i_begin = max(int64_t{0}, j0 - a.q_offset);
+  const int64_t j_last = min(j0 + kRows, key_limit) - 1;
+  const int64_t i_end = min(a.tq, KeyDocumentEnd(a, j_last, key_limit) - a.q_offset);
+  // Queries at or past the end of key j's document do not see it.
+  const int64_t j_doc_end = j < key_limit ? KeyDocumentEnd(a, j, key_limit) : 0;
   for (int64_t g = 0; g < group; ++g) {
     const int64_t h = hk * group + g;
-    for (int64_t i0 = i_begin; i0 < a.tq; i0 += kTile) {
+    for (int64_t i0 = i_begin; i0 < i_end; i0 += kTile) {
       __syncthreads();
       LoadRows(In{a.q, a.q_type}, i0, kTile, a.tq, a.hq, h, d, s_q, ld);
       LoadRows(dout, i0, kTile, a.tq, a.hq, h, d, s_do, ld);
@@ -194,7 +211,7 @@ __global__ void __launch_bounds__(kRows * 32)
       __syncthreads();
       const int64_t i = i0 + lane;
       float p = 0.0f, ds = 0.0f;
-      if (j < key_limit && Visible(a, i, j)) {
+      if (j < key_limit && Visible(a, i, j, 0) && a.q_offset + i < j_doc_end) {
         p = expf(Dot(s_q + lane * ld, k_row, d) * a.scale - s_lse[lane]);
         ds = p * (Dot(s_do + lane * ld, v_row, d) - s_delta[lane]);
       }

@@ -21,7 +21,10 @@
 //     the group and every query tile that sees the keys): S^T = K Q^T,
 //     dP^T = V dO^T, dV += P^T dO, dK += dS^T Q; dk += scale dK, dv += dV.
 // dq, dk and dv elements are each owned by one warp: no atomics, results do
-// not depend on scheduling.
+// not depend on scheduling. Packed documents (AttentionArgs::doc_offsets):
+// row i sees keys [FirstKey(q_offset + i), q_offset + i]; key tiles before a
+// query tile's first document and query tiles past a key tile's last
+// document are skipped.
 #include <mma.h>
 
 #include "kernels/cuda/cuda_check.h"
@@ -154,12 +157,14 @@ __global__ void __launch_bounds__(kBlockThreads)
 
   const int r = lane >> 1, half = lane & 1;
   const int64_t i = i0 + warp * 16 + r;
-  // Keys row i sees: [0, visible_end).
+  // Keys row i sees: [visible_begin, visible_end).
   const int64_t visible_end = i < a.tq ? min(a.tk, a.q_offset + i + 1) : 0;
+  const int64_t visible_begin = i < a.tq ? FirstKey(a, a.q_offset + i) : 0;
   const int64_t key_end = min(a.tk, a.q_offset + min(i0 + kTileRows, a.tq));
   const float scale2 = a.scale * kLog2e;
   float m = -INFINITY, l = 0.0f;
-  for (int64_t j0 = 0; j0 < key_end; j0 += kTileRows) {
+  const int64_t key_begin = FirstKey(a, a.q_offset + i0) / kTileRows * kTileRows;
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += kTileRows) {
     __syncthreads();  // the previous K/V tile is consumed (and Q is loaded)
     LoadTile<D>(k, j0, key_end, a.hkv, hk, s_k);
     LoadTile<D>(v, j0, key_end, a.hkv, hk, s_v);
@@ -168,9 +173,12 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncwarp();
     const int c0 = half * 32;
     const int64_t n_vis = min(int64_t{kTileRows}, max(int64_t{0}, visible_end - j0));
+    const int64_t lo_vis = visible_begin - j0;  // columns below are another document
     float tile_max = -INFINITY;
     for (int c = 0; c < 32; ++c) {
-      if (c0 + c < n_vis) tile_max = fmaxf(tile_max, s_s_w[r * kLds + c0 + c] * scale2);
+      if (c0 + c < n_vis && c0 + c >= lo_vis) {
+        tile_max = fmaxf(tile_max, s_s_w[r * kLds + c0 + c] * scale2);
+      }
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, 1));
     const float m_new = fmaxf(m, tile_max);
@@ -178,7 +186,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (m_new != -INFINITY) alpha = exp2f(m - m_new);  // 0 while m is -inf
     for (int c = 0; c < 32; ++c) {
       float p = 0.0f;
-      if (c0 + c < n_vis) p = exp2f(s_s_w[r * kLds + c0 + c] * scale2 - m_new);
+      if (c0 + c < n_vis && c0 + c >= lo_vis) p = exp2f(s_s_w[r * kLds + c0 + c] * scale2 - m_new);
       row_sum += p;
       s_p_w[r * kLdp + c0 + c] = __float2bfloat16_rn(p);
     }
@@ -243,6 +251,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int r = lane >> 1, half = lane & 1;
   const int64_t i = i0 + warp * 16 + r;
   const int64_t visible_end = i < a.tq ? min(a.tk, a.q_offset + i + 1) : 0;
+  const int64_t visible_begin = i < a.tq ? FirstKey(a, a.q_offset + i) : 0;
   const float lse2 = i < a.tq ? lse[i * a.hq + h] * kLog2e : 0.0f;
   const float delta_i = i < a.tq ? delta[i * a.hq + h] : 0.0f;
   const int64_t key_end = min(a.tk, a.q_offset + min(i0 + kTileRows, a.tq));
@@ -250,7 +259,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   FragC acc[D / 16];
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) fill_fragment(acc[n], 0.0f);
-  for (int64_t j0 = 0; j0 < key_end; j0 += kTileRows) {
+  const int64_t key_begin = FirstKey(a, a.q_offset + i0) / kTileRows * kTileRows;
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += kTileRows) {
     __syncthreads();
     LoadTile<D>(k, j0, key_end, a.hkv, hk, s_k);
     LoadTile<D>(v, j0, key_end, a.hkv, hk, s_v);
@@ -260,9 +270,10 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncwarp();
     const int c0 = half * 32;
     const int64_t n_vis = min(int64_t{kTileRows}, max(int64_t{0}, visible_end - j0));
+    const int64_t lo_vis = visible_begin - j0;  // columns below are another document
     for (int c = 0; c < 32; ++c) {
       float ds = 0.0f;
-      if (c0 + c < n_vis) {
+      if (c0 + c < n_vis && c0 + c >= lo_vis) {
         const float p = exp2f(s_s_w[r * kLds + c0 + c] * scale2 - lse2);
         ds = p * (s_dp_w[r * kLds + c0 + c] - delta_i);
       }
@@ -325,9 +336,14 @@ __global__ void __launch_bounds__(kBlockThreads)
     fill_fragment(acc_v[n], 0.0f);
   }
   const int64_t i_begin = max(int64_t{0}, j0 - a.q_offset);
+  // Queries from the end of the last key's document on see no key of the tile;
+  // those at or past the end of key j's document do not see j.
+  const int64_t j_last = min(j0 + kTileRows, key_limit) - 1;
+  const int64_t i_end = min(a.tq, KeyDocumentEnd(a, j_last, key_limit) - a.q_offset);
+  const int64_t j_doc_end = j < key_limit ? KeyDocumentEnd(a, j, key_limit) : 0;
   for (int64_t g = 0; g < group; ++g) {
     const int64_t h = hk * group + g;
-    for (int64_t i0 = i_begin; i0 < a.tq; i0 += kTileRows) {
+    for (int64_t i0 = i_begin; i0 < i_end; i0 += kTileRows) {
       __syncthreads();  // the previous Q/dO tile is consumed (and K/V are loaded)
       LoadTile<D>(static_cast<const bf16*>(a.q), i0, a.tq, a.hq, h, s_q);
       LoadTile<D>(dout, i0, a.tq, a.hq, h, s_do);
@@ -345,7 +361,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         const int col = c0 + c;
         const int64_t qi = i0 + col;
         float p = 0.0f, ds = 0.0f;
-        if (j < key_limit && qi < a.tq && j <= a.q_offset + qi) {
+        if (j < key_limit && qi < a.tq && j <= a.q_offset + qi && a.q_offset + qi < j_doc_end) {
           p = exp2f(s_st_w[r * kLds + col] * scale2 - s_lse2[col]);
           ds = p * (s_dpt_w[r * kLds + col] - s_delta[col]);
         }

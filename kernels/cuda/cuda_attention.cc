@@ -2,13 +2,15 @@
 // tensor-core kernels (attention_flash.cu) when q, k, v (and dout) are bf16
 // with head_dim 64 or 128 and 16-byte aligned, the generic kernels
 // (attention.cu) otherwise. The backward computes delta = rowsum(dout * out)
-// into an f32 scratch of the size of lse first.
+// into an f32 scratch of the size of lse first. Packed documents travel as
+// device offsets (kernels/documents.h) in the kernels' arguments.
 #include <cstdint>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tensor_args.h"
+#include "kernels/documents.h"
 
 namespace sbp {
 namespace {
@@ -51,6 +53,14 @@ cuda::AttentionArgs CheckInputs(const Tensor& q, const Tensor& k, const Tensor& 
   return a;
 }
 
+void SetDocuments(cuda::AttentionArgs& a, const Tensor* doc_offsets, Device device) {
+  if (doc_offsets == nullptr) return;
+  cuda::CheckDType(*doc_offsets, device, DType::kI32, "attention document offsets");
+  CheckDocumentOffsets(*doc_offsets, 0, /*values=*/false, "attention");
+  a.doc_offsets = doc_offsets->data<int32_t>();
+  a.doc_count = doc_offsets->dim(0);
+}
+
 void CheckLike(const Tensor& t, const Tensor& like, Device device, const char* name,
                const char* like_name) {
   cuda::CheckFloat(t, device, name);
@@ -80,9 +90,11 @@ bool FlashEligible(const cuda::AttentionArgs& a, const Tensor* dout) {
 }  // namespace
 
 void CudaBackend::AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                   int64_t q_offset, float scale, Tensor& out, Tensor* lse) {
+                                   int64_t q_offset, float scale, Tensor& out, Tensor* lse,
+                                   const Tensor* doc_offsets) {
   Bind();
-  const cuda::AttentionArgs a = CheckInputs(q, k, v, q_offset, scale, device());
+  cuda::AttentionArgs a = CheckInputs(q, k, v, q_offset, scale, device());
+  SetDocuments(a, doc_offsets, device());
   CheckLike(out, q, device(), "out", "q");
   float* lse_data = nullptr;
   if (lse != nullptr) {
@@ -99,9 +111,10 @@ void CudaBackend::AttentionForward(const Tensor& q, const Tensor& k, const Tenso
 void CudaBackend::AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& out, const Tensor& dout, const Tensor& lse,
                                     int64_t q_offset, float scale, Tensor& dq, Tensor& dk,
-                                    Tensor& dv) {
+                                    Tensor& dv, const Tensor* doc_offsets) {
   Bind();
-  const cuda::AttentionArgs a = CheckInputs(q, k, v, q_offset, scale, device());
+  cuda::AttentionArgs a = CheckInputs(q, k, v, q_offset, scale, device());
+  SetDocuments(a, doc_offsets, device());
   CheckLike(out, q, device(), "out", "q");
   CheckLike(dout, q, device(), "dout", "q");
   CheckLike(dq, q, device(), "dq", "q");

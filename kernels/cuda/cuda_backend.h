@@ -58,8 +58,10 @@ class CudaBackend final : public Backend {
   void RmsNormBackward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
                        Tensor& dx, Tensor& dweight) override;
 
-  void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) override;
-  void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) override;
+  void RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope,
+                   const Tensor* doc_offsets = nullptr) override;
+  void RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope,
+                    const Tensor* doc_offsets = nullptr) override;
 
   void MatmulXWt(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) override;
   void MatmulDyW(const Tensor& dy, const Tensor& w, Tensor& dx, bool accumulate) override;
@@ -68,10 +70,12 @@ class CudaBackend final : public Backend {
   void BiasBackward(const Tensor& dy, Tensor& dbias) override;
 
   void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,
-                        float scale, Tensor& out, Tensor* lse) override;
+                        float scale, Tensor& out, Tensor* lse,
+                        const Tensor* doc_offsets = nullptr) override;
   void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                          const Tensor& dout, const Tensor& lse, int64_t q_offset, float scale,
-                         Tensor& dq, Tensor& dk, Tensor& dv) override;
+                         Tensor& dq, Tensor& dk, Tensor& dv,
+                         const Tensor* doc_offsets = nullptr) override;
 
   void SwigluForward(const Tensor& gate, const Tensor& up, Tensor& out) override;
   void SwigluBackward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,

@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tensor_args.h"
+#include "kernels/documents.h"
 
 namespace sbp {
 
@@ -120,20 +121,29 @@ cuda::RopeFreqs ToRopeFreqs(const RopeTable& rope) {
   return freqs;
 }
 
+cuda::RopeDocuments ToRopeDocuments(const Tensor* doc_offsets, Device device) {
+  if (doc_offsets == nullptr) return {};
+  CheckDType(*doc_offsets, device, DType::kI32, "rope document offsets");
+  CheckDocumentOffsets(*doc_offsets, 0, /*values=*/false, "rope");
+  return {doc_offsets->data<int32_t>(), doc_offsets->dim(0)};
+}
+
 }  // namespace
 
-void CudaBackend::RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope) {
+void CudaBackend::RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope,
+                              const Tensor* doc_offsets) {
   Bind();
   CheckRope(x, device(), position_offset, rope, "x");
   cuda::LaunchRope(stream(), AsOut(x), x.dim(0), x.dim(1), x.dim(2), position_offset,
-                   ToRopeFreqs(rope), /*backward=*/false);
+                   ToRopeFreqs(rope), ToRopeDocuments(doc_offsets, device()), /*backward=*/false);
 }
 
-void CudaBackend::RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope) {
+void CudaBackend::RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope,
+                               const Tensor* doc_offsets) {
   Bind();
   CheckRope(dx, device(), position_offset, rope, "dx");
   cuda::LaunchRope(stream(), AsOut(dx), dx.dim(0), dx.dim(1), dx.dim(2), position_offset,
-                   ToRopeFreqs(rope), /*backward=*/true);
+                   ToRopeFreqs(rope), ToRopeDocuments(doc_offsets, device()), /*backward=*/true);
 }
 
 // ---- bias (elementwise.cu) ----------------------------------------------------------

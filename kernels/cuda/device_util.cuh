@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_args.h"
+#include "kernels/documents.h"
 
 namespace sbp::cuda {
 
@@ -78,6 +79,18 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
   __syncthreads();
   float m = lane < warps ? scratch[lane] : -INFINITY;
   return WarpMax(m);
+}
+
+// Packed documents of an attention call (AttentionArgs::doc_offsets): the
+// first key that sequence row p sees (its document's start; 0 without
+// documents), and one past the last query row that sees key j (the end of
+// j's document; `limit` without documents).
+__device__ __forceinline__ int64_t FirstKey(const AttentionArgs& a, int64_t p) {
+  return a.doc_offsets != nullptr ? DocumentStart(a.doc_offsets, a.doc_count, p) : 0;
+}
+__device__ __forceinline__ int64_t KeyDocumentEnd(const AttentionArgs& a, int64_t j,
+                                                  int64_t limit) {
+  return a.doc_offsets != nullptr ? DocumentEnd(a.doc_offsets, a.doc_count, j, limit) : limit;
 }
 
 }  // namespace sbp::cuda

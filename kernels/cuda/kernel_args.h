@@ -36,9 +36,18 @@ struct RopeFreqs {
   double attention_scaling;
 };
 
+// Packed documents of a RoPE call (kernels/documents.h): offsets i32 [count]
+// on the device, or null for one document.
+struct RopeDocuments {
+  const int32_t* offsets = nullptr;
+  int64_t count = 0;
+};
+
 // Causal GQA attention (see kernels/backend.h): q, out, dout, dq [tq, hq, d];
 // k, v, dk, dv [tk, hkv, d]; lse, delta [tq, hq] f32. Query row i has
-// sequence position q_offset + i and sees keys j <= q_offset + i.
+// sequence position q_offset + i and sees keys j <= q_offset + i; with packed
+// documents (doc_offsets non-null: i32 [doc_count] cu_seqlens on the device,
+// kernels/documents.h) only those from DocumentStart(q_offset + i) on.
 struct AttentionArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -46,6 +55,8 @@ struct AttentionArgs {
   ElemType q_type = ElemType::kF32, k_type = ElemType::kF32, v_type = ElemType::kF32;
   int64_t tq = 0, tk = 0, hq = 0, hkv = 0, d = 0, q_offset = 0;
   float scale = 1.0f;
+  const int32_t* doc_offsets = nullptr;
+  int64_t doc_count = 0;
 };
 
 }  // namespace sbp::cuda

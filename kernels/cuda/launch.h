@@ -68,8 +68,10 @@ void LaunchRmsNormBackward(cudaStream_t stream, In x, In w, const float* rstd, I
 
 // ---- rope.cu -------------------------------------------------------------------
 // d = 2 * pairs with pairs <= kMaxRopePairs; freqs holds the first d/2 entries.
+// With documents, row t's position is p - DocumentStart(p), p = position_offset + t.
 void LaunchRope(cudaStream_t stream, Out x, int64_t rows, int64_t heads, int64_t d,
-                int64_t position_offset, const RopeFreqs& freqs, bool backward);
+                int64_t position_offset, const RopeFreqs& freqs, const RopeDocuments& docs,
+                bool backward);
 
 // ---- swiglu.cu -----------------------------------------------------------------
 void LaunchSwigluForward(cudaStream_t stream, In gate, In up, Out out, int64_t n);

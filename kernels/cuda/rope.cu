@@ -5,16 +5,18 @@
 // attention scaling, rounded to fp32 as on the CPU; with x1 = x[..., :d/2],
 // x2 = x[..., d/2:]: forward (x1, x2) <- (x1 c - x2 s, x2 c + x1 s); the
 // backward uses -s (the transposed map). One thread per (t, i) pair rotates
-// that pair in every head. The table travels by value in the launch.
+// that pair in every head. The table travels by value in the launch. With
+// packed documents the position is p - DocumentStart(p) (kernels/documents.h).
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/documents.h"
 
 namespace sbp::cuda {
 namespace {
 
 __global__ void RopeKernel(Out x, int64_t rows, int64_t heads, int64_t d, int64_t offset,
-                           RopeFreqs freqs, double sign) {
+                           RopeFreqs freqs, RopeDocuments docs, double sign) {
   const int64_t half = d / 2;
   const int64_t pairs = rows * half;
   const double cos_scale = freqs.attention_scaling;
@@ -22,7 +24,10 @@ __global__ void RopeKernel(Out x, int64_t rows, int64_t heads, int64_t d, int64_
   for (int64_t idx = GlobalThread(); idx < pairs; idx += GridStride()) {
     const int64_t t = idx / half, i = idx % half;
     double sin_d, cos_d;
-    sincos(static_cast<double>(offset + t) * freqs.inv_freq[i], &sin_d, &cos_d);
+    const int64_t row = offset + t;
+    const int64_t start =
+        docs.offsets != nullptr ? DocumentStart(docs.offsets, docs.count, row) : 0;
+    sincos(static_cast<double>(row - start) * freqs.inv_freq[i], &sin_d, &cos_d);
     const float c = static_cast<float>(cos_scale * cos_d);
     const float s = static_cast<float>(sin_scale * sin_d);
     for (int64_t h = 0; h < heads; ++h) {
@@ -37,11 +42,12 @@ __global__ void RopeKernel(Out x, int64_t rows, int64_t heads, int64_t d, int64_
 }  // namespace
 
 void LaunchRope(cudaStream_t stream, Out x, int64_t rows, int64_t heads, int64_t d,
-                int64_t position_offset, const RopeFreqs& freqs, bool backward) {
+                int64_t position_offset, const RopeFreqs& freqs, const RopeDocuments& docs,
+                bool backward) {
   const int64_t pairs = rows * (d / 2);
   if (pairs == 0 || heads == 0) return;
   RopeKernel<<<GridFor(pairs), kThreads, 0, stream>>>(x, rows, heads, d, position_offset, freqs,
-                                                      backward ? -1.0 : 1.0);
+                                                      docs, backward ? -1.0 : 1.0);
   CheckLaunch("RopeKernel", stream);
 }
 

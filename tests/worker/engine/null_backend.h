@@ -21,17 +21,18 @@ class NullBackend final : public Backend {
   void RmsNormForward(const Tensor&, const Tensor&, float, Tensor&, Tensor*) override {}
   void RmsNormBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&,
                        Tensor&) override {}
-  void RopeForward(Tensor&, int64_t, const RopeTable&) override {}
-  void RopeBackward(Tensor&, int64_t, const RopeTable&) override {}
+  void RopeForward(Tensor&, int64_t, const RopeTable&, const Tensor*) override {}
+  void RopeBackward(Tensor&, int64_t, const RopeTable&, const Tensor*) override {}
   void MatmulXWt(const Tensor&, const Tensor&, Tensor&, bool) override {}
   void MatmulDyW(const Tensor&, const Tensor&, Tensor&, bool) override {}
   void MatmulAccumDyTX(const Tensor&, const Tensor&, Tensor&) override {}
   void AddBias(Tensor&, const Tensor&) override {}
   void BiasBackward(const Tensor&, Tensor&) override {}
   void AttentionForward(const Tensor&, const Tensor&, const Tensor&, int64_t, float, Tensor&,
-                        Tensor*) override {}
+                        Tensor*, const Tensor*) override {}
   void AttentionBackward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const Tensor&, int64_t, float, Tensor&, Tensor&, Tensor&) override {}
+                         const Tensor&, int64_t, float, Tensor&, Tensor&, Tensor&,
+                         const Tensor*) override {}
   void SwigluForward(const Tensor&, const Tensor&, Tensor&) override {}
   void SwigluBackward(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) override {}
   double CrossEntropyForwardBackward(Tensor&, const Tensor&, float) override { return 0; }
