@@ -6,6 +6,7 @@ Usage (from the repository root):
   scripts/bootstrap --python
   .venv/bin/python tests/reference/generate_lora_goldens.py            # writes golden/lora-tiny-qwen3/
   .venv/bin/python tests/reference/generate_lora_goldens.py --verify   # regenerate, compare bytes
+  .venv/bin/python tests/reference/generate_lora_goldens.py --check-sbp build/bin/sbp
 
 The base model is the tiny-qwen3 golden (golden/tiny-qwen3/, made by generate_goldens.py); its
 sha256 is recorded in golden.json. peft's get_peft_model wraps it with LoRA adapters (r 4,
@@ -20,6 +21,10 @@ model gives:
     being the adapter model and the reference the base model (peft's disable_adapter), and its
     gradient w.r.t. the adapters;
   - logits of the first SFT sequence with the adapter (a forward check).
+--check-sbp PATH runs the other direction: `sbp train` with a lora block on the tiny-qwen3
+golden writes a PEFT adapter checkpoint; PeftModel.from_pretrained loads it (every lora tensor
+as written), `sbp lora merge` output loads in transformers and its logits equal the peft
+model's, and `sbp grad` on the merged model gives the peft model's loss.
 See tests/reference/README.md.
 """
 
@@ -28,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -241,6 +247,100 @@ def generate(golden_root):
     return out
 
 
+def run_sbp(argv, cwd):
+    print("  $ " + " ".join(argv))
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=cwd)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {p.returncode}: {(p.stdout + p.stderr)[-2000:]}")
+    return p.stdout
+
+
+def check_sbp(sbp, golden_root):
+    sbp = os.path.abspath(sbp)
+    base_src = os.path.join(golden_root, BASE_PRESET)
+    failures = []
+
+    def report(name, ok, detail=""):
+        print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f": {detail}" if detail and not ok else ""))
+        if not ok:
+            failures.append(name)
+
+    with tempfile.TemporaryDirectory(prefix="sbp-lora-check-") as tmp:
+        base = os.path.join(tmp, "base")
+        os.makedirs(base)
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(os.path.join(base_src, name), base)
+        batch = read_jsonl(os.path.join(base_src, "batch.jsonl"))
+        with open(os.path.join(tmp, "data.jsonl"), "w") as f:
+            for row in batch:
+                f.write(json.dumps(row) + "\n")
+        with open(os.path.join(tmp, "job.yaml"), "w") as f:
+            f.write("name: lora-check\nmodel: base\ndata: data.jsonl\nobjective: sft\n"
+                    "seq_len: 64\nstreambp: {mode: stream, chunk_tokens: 5, "
+                    "logits_chunk_tokens: 7}\n"
+                    "train: {steps: 3, sequences_per_step: 5, lr: 2.0e-2, seed: 1}\n"
+                    f"lora: {{r: {RANK}, alpha: {ALPHA}, init_seed: 3}}\n"
+                    "checkpoint: {dir: run}\n")
+        run_sbp([sbp, "train", "job.yaml"], tmp)
+        adapter = os.path.join(tmp, "run", "checkpoints", "step-00000003")
+
+        # (a) peft loads the adapter: every lora tensor as written, B moved off zero.
+        model = load_adapter_model(base, adapter)
+        saved = load_file(os.path.join(adapter, "adapter_model.safetensors"))
+        lora_names = [n for n, _ in model.named_parameters() if "lora_" in n]
+        report("PeftModel.from_pretrained loads every adapter tensor",
+               len(lora_names) == len(saved) == 2 * len(TARGETS) * model.config.num_hidden_layers,
+               f"{len(lora_names)} parameters, {len(saved)} tensors")
+        moved = sum(float(t.abs().sum()) for k, t in saved.items() if "lora_B" in k)
+        report("training moved B away from zero", moved > 0)
+
+        # (b) sbp lora merge loads in transformers; its logits equal the peft model's.
+        merged = os.path.join(tmp, "merged")
+        run_sbp([sbp, "lora", "merge", "--model", "base", "--adapter", adapter, "--out", "merged"],
+                tmp)
+        plain = load_base(merged, torch.float64)
+        worst = 0.0
+        with torch.no_grad():
+            for row in batch:
+                ids = torch.tensor([row["input_ids"]], dtype=torch.long)
+                a = model(input_ids=ids, use_cache=False).logits
+                b = plain(input_ids=ids, use_cache=False).logits
+                worst = max(worst, float((a - b).norm() / a.norm()))
+        report("merged model's logits equal the peft model's (1e-5)", worst <= 1e-5,
+               f"relative error {worst:.3g}")
+
+        # (c) sbp grad on the merged model: the peft model's loss.
+        out = run_sbp([sbp, "grad", "--model", "merged", "--data", "data.jsonl", "--mode",
+                       "stream", "--chunk-tokens", "5", "--logits-chunk-tokens", "7", "--out",
+                       os.path.join(tmp, "g.safetensors")], tmp)
+        ours = None
+        for line in reversed(out.strip().splitlines()):
+            try:
+                ours = float(json.loads(line)["loss"])
+                break
+            except (ValueError, KeyError, TypeError):
+                continue
+        with torch.no_grad():
+            want = sft_loss_only(model, batch)
+        report("sbp grad loss on the merged model equals the peft model's loss (1e-5)",
+               ours is not None and abs(ours - want) <= 1e-5 * abs(want), f"{ours} vs {want}")
+    print("all checks passed" if not failures else f"{len(failures)} check(s) failed")
+    return 1 if failures else 0
+
+
+def sft_loss_only(model, batch):
+    """The SFT loss of `batch` (as sft() computes it), without gradients."""
+    total_valid = sum(1 for row in batch for t in row["labels"][1:] if t != IGNORE_INDEX)
+    total = 0.0
+    for row in batch:
+        ids = torch.tensor([row["input_ids"]], dtype=torch.long)
+        labels = torch.tensor(row["labels"], dtype=torch.long)
+        logits = model(input_ids=ids, use_cache=False).logits[0]
+        total += float(F.cross_entropy(logits[:-1], labels[1:], ignore_index=IGNORE_INDEX,
+                                       reduction="sum"))
+    return total / total_valid
+
+
 def verify(golden_root):
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(os.path.join(golden_root, BASE_PRESET), os.path.join(tmp, BASE_PRESET))
@@ -266,12 +366,16 @@ def main():
                     help="golden directory holding tiny-qwen3/ (default: tests/reference/golden)")
     ap.add_argument("--verify", action="store_true",
                     help="regenerate into a temporary directory and compare bytes with --out")
+    ap.add_argument("--check-sbp", metavar="PATH",
+                    help="check that peft and transformers load what the sbp CLI at PATH writes")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     transformers.logging.set_verbosity_error()
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"peft {peft.__version__}")
+    if args.check_sbp:
+        return check_sbp(args.check_sbp, args.out)
     if args.verify:
         return verify(args.out)
     generate(args.out)
