@@ -22,12 +22,21 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
       r.objective = PlanObjective::kGrpo;
       break;
   }
-  r.reference_model = spec.objective == Objective::kDpo ||
-                      (spec.objective == Objective::kGrpo && spec.grpo.beta > 0);
+  r.reference_model = !ReferenceModelDir(spec).empty() && !ReferenceIsLoraBase(spec);
   r.device = spec.resources.device;
   r.optimizer_state = true;
   r.lora = spec.lora;
   return r;
+}
+
+std::string ReferenceModelDir(const JobSpec& spec) {
+  if (spec.objective == Objective::kDpo) return spec.dpo.reference;
+  if (spec.objective == Objective::kGrpo && spec.grpo.beta > 0) return spec.grpo.reference;
+  return "";
+}
+
+bool ReferenceIsLoraBase(const JobSpec& spec) {
+  return spec.lora.enabled() && ReferenceModelDir(spec) == spec.model;
 }
 
 }  // namespace sbp

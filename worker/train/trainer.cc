@@ -268,10 +268,8 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   // The reference model of DPO / GRPO (a real second model, frozen), in the
   // compute dtype on the device.
   std::optional<ParameterStore> reference;
-  std::string reference_dir;
-  if (spec.objective == Objective::kDpo) reference_dir = spec.dpo.reference;
-  if (spec.objective == Objective::kGrpo && spec.grpo.beta > 0) reference_dir = spec.grpo.reference;
-  if (!reference_dir.empty()) {
+  const std::string reference_dir = ReferenceModelDir(spec);
+  if (!reference_dir.empty() && !ReferenceIsLoraBase(spec)) {
     ASSIGN_OR_RETURN(const ParameterStore host,
                      LoadStore(ResolveJobPath(options.base_dir, reference_dir), &config, staging,
                                "reference weights"));
@@ -336,6 +334,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   if (lora) AttachAdapters(lora->compute, w);
   std::optional<ModelTensors> ref_tensors;
   if (reference.has_value()) ref_tensors = BindModelTensors(*reference);
+  if (ReferenceIsLoraBase(spec)) ref_tensors = BindModelTensors(weights);  // without adapters
   ASSIGN_OR_RETURN(std::unique_ptr<StepObjective> objective,
                    MakeStepObjective(spec, dataset, engine, w, reference_engine,
                                      ref_tensors ? &*ref_tensors : nullptr, comm.get()));

@@ -4,9 +4,11 @@
 // nothing.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "kernels/random.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/train/trainer_fixture.h"
 #include "worker/engine/lora_store.h"
@@ -114,6 +116,50 @@ TEST_F(LoraTrainingTest, NeedsLessMemoryThanFullFineTuning) {
   auto config = PresetConfig("tiny-qwen3");
   const double weights = 4.0 * ParameterCount(*config);
   EXPECT_LT(b->peak_bytes, a->peak_bytes - 2.5 * weights);
+}
+
+// DPO's reference defaults to the model: with LoRA that is the frozen base
+// itself (no second copy), which gives what a separately loaded copy gives.
+TEST_F(LoraTrainingTest, DpoReferenceIsTheFrozenBase) {
+  {
+    std::ofstream pairs(root_ / "pairs.jsonl");
+    for (int i = 0; i < 4; ++i) {
+      std::vector<int32_t> prompt(5 + i), chosen(6), rejected(4 + i);
+      for (auto* v : {&prompt, &chosen, &rejected}) {
+        Tensor t = Tensor::Wrap(v->data(), {static_cast<int64_t>(v->size())}, DType::kI32);
+        FillIntegers(t, 300 + 10 * i + static_cast<int>(v->size()), 0, 256);
+      }
+      pairs << nlohmann::json{{"prompt_ids", prompt},
+                              {"chosen_ids", chosen},
+                              {"rejected_ids", rejected}}
+                   .dump()
+            << "\n";
+    }
+  }
+  fs::copy(root_ / "model", root_ / "model-copy", fs::copy_options::recursive);
+  auto dpo = [&](const std::string& name, const std::string& reference) {
+    JobSpec spec = LoraSpec(name);
+    spec.objective = Objective::kDpo;
+    spec.data = (root_ / "pairs.jsonl").string();
+    spec.dpo.beta = 0.5;
+    spec.dpo.reference = reference;
+    spec.train.steps = 3;
+    return spec;
+  };
+  const JobSpec shared = dpo("lora_dpo_base", (root_ / "model").string());
+  const JobSpec copied = dpo("lora_dpo_copy", (root_ / "model-copy").string());
+  auto a = RunTraining(shared, {}, nullptr);
+  auto b = RunTraining(copied, {}, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(FinalFile(shared, "adapter_model.safetensors"),
+            FinalFile(copied, "adapter_model.safetensors"));
+  const auto ma = Metrics(shared), mb = Metrics(copied);
+  ASSERT_EQ(ma.size(), 3u);
+  EXPECT_NEAR(ma[0]["loss"].get<double>(), std::log(2.0), 1e-6);  // B = 0: policy == reference
+  for (size_t i = 0; i < ma.size(); ++i) EXPECT_EQ(ma[i]["loss"], mb[i]["loss"]);
+  auto config = PresetConfig("tiny-qwen3");
+  EXPECT_LE(a->peak_bytes, b->peak_bytes - 4 * ParameterCount(*config));  // no second copy
 }
 
 TEST_F(LoraTrainingTest, ResumingWithAnotherRankIsRefused) {
