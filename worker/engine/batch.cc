@@ -73,6 +73,13 @@ absl::StatusOr<SequenceTensors> SequenceOnDevice(Backend& backend, const TokenSe
   ASSIGN_OR_RETURN(
       out.targets_t,
       OnBackendDevice(backend, Tensor::Wrap(out.targets.data(), {n}, DType::kI32), "targets"));
+  if (!sequence.doc_offsets.empty()) {
+    out.docs = sequence.doc_offsets;
+    const int64_t count = static_cast<int64_t>(out.docs.size());
+    ASSIGN_OR_RETURN(out.docs_t,
+                     OnBackendDevice(backend, Tensor::Wrap(out.docs.data(), {count}, DType::kI32),
+                                     "document offsets"));
+  }
   return out;
 }
 
@@ -92,10 +99,11 @@ absl::StatusOr<BatchResult> RunBatch(Engine& engine, const ModelTensors& weights
     ASSIGN_OR_RETURN(const SequenceTensors t, SequenceOnDevice(engine.backend(), sequence));
     double contribution = 0;
     if (grads != nullptr) {
-      ASSIGN_OR_RETURN(contribution,
-                       engine.ForwardBackward(weights, t.ids_t, t.targets_t, loss, *grads));
+      ASSIGN_OR_RETURN(contribution, engine.ForwardBackward(weights, t.ids_t, t.targets_t, loss,
+                                                            *grads, t.documents()));
     } else {
-      ASSIGN_OR_RETURN(contribution, engine.Forward(weights, t.ids_t, t.targets_t, loss));
+      ASSIGN_OR_RETURN(contribution,
+                       engine.Forward(weights, t.ids_t, t.targets_t, loss, t.documents()));
     }
     result.loss += contribution;
   }

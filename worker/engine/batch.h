@@ -18,6 +18,10 @@ inline constexpr int32_t kIgnoreIndex = -100;
 struct TokenSequence {
   std::vector<int32_t> input_ids;
   std::vector<int32_t> labels;  // same length; kIgnoreIndex where no loss
+  // Packed documents (kernels/documents.h): {0, end of document 1, ..., size};
+  // empty for one document. A packer masks each document's first label, so
+  // no position predicts the next document's first token.
+  std::vector<int32_t> doc_offsets;
 };
 
 std::vector<int32_t> ShiftedTargets(const TokenSequence& sequence);
@@ -32,8 +36,9 @@ absl::Status ValidateSequence(const TokenSequence& sequence, int64_t vocab_size,
 // A sequence's token ids and shifted targets as i32 tensors on the engine's
 // device (views of the host vectors on a host backend, copies otherwise).
 struct SequenceTensors {
-  std::vector<int32_t> ids, targets;  // host values (the tensors may view them)
-  Tensor ids_t, targets_t;
+  std::vector<int32_t> ids, targets, docs;  // host values (the tensors may view them)
+  Tensor ids_t, targets_t, docs_t;          // docs_t undefined for one document
+  const Tensor* documents() const { return docs_t.defined() ? &docs_t : nullptr; }
 };
 absl::StatusOr<SequenceTensors> SequenceOnDevice(Backend& backend, const TokenSequence& sequence);
 

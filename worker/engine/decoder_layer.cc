@@ -37,7 +37,7 @@ void DecoderLayer::KvForward(const LayerWeights& w, const ChunkActivations& a, i
   LoraForward(b, w.lora.k_proj, w.lora.scale, a.xn, a.lora_u, k_out);
   if (w.k_bias.defined()) b.AddBias(k_out, w.k_bias);
   if (config_.qk_norm) b.RmsNormForward(kv_rows.k_pre, w.k_norm, eps_, kv_rows.k, &kv_rows.k_rstd);
-  b.RopeForward(kv_rows.k, begin, rope_);
+  b.RopeForward(kv_rows.k, begin, rope_, docs_);
   Tensor v_out = Flat(kv_rows.v);
   b.MatmulXWt(a.xn, w.v_proj, v_out, /*accumulate=*/false);
   LoraForward(b, w.lora.v_proj, w.lora.scale, a.xn, a.lora_u, v_out);
@@ -53,9 +53,9 @@ void DecoderLayer::ChunkForward(const LayerWeights& w, const Tensor& x_rows, int
   LoraForward(b, w.lora.q_proj, w.lora.scale, a.xn, a.lora_u, q_out);
   if (w.q_bias.defined()) b.AddBias(q_out, w.q_bias);
   if (config_.qk_norm) b.RmsNormForward(a.q_pre, w.q_norm, eps_, a.q, &a.q_rstd);
-  b.RopeForward(a.q, begin, rope_);
+  b.RopeForward(a.q, begin, rope_, docs_);
   Tensor attn = Heads(a.attn, hq, d);
-  b.AttentionForward(a.q, kv.k, kv.v, begin, scale_, attn, &a.lse);
+  b.AttentionForward(a.q, kv.k, kv.v, begin, scale_, attn, &a.lse, docs_);
   // h = x + attn Wo^T
   b.Cast(x_rows, a.h);
   b.MatmulXWt(a.attn, w.o_proj, a.h, /*accumulate=*/true);
@@ -109,8 +109,8 @@ void DecoderLayer::ChunkBackward(const LayerWeights& w, const Tensor& x_rows, in
   b.MatmulDyW(dh, w.o_proj, a.d_attn, false);
   LoraBackwardInput(b, lw.o_proj, a.lora_t, a.d_attn);
   b.AttentionBackward(a.q, kv.k, kv.v, Heads(a.attn, hq, d), Heads(a.d_attn, hq, d), a.lse, begin,
-                      scale_, a.dq, kv_grads.dk, kv_grads.dv);
-  b.RopeBackward(a.dq, begin, rope_);
+                      scale_, a.dq, kv_grads.dk, kv_grads.dv, docs_);
+  b.RopeBackward(a.dq, begin, rope_, docs_);
   if (config_.qk_norm) b.RmsNormBackward(a.q_pre, w.q_norm, a.q_rstd, a.dq, a.dq, g.q_norm);
   Tensor dq = Flat(a.dq);
   if (g.q_bias.defined()) b.BiasBackward(dq, g.q_bias);
@@ -127,7 +127,7 @@ void DecoderLayer::KvBackward(const LayerWeights& w, const Tensor& x_rows, int64
                               const KvBuffers& kv_rows, KvGrads& kv_grad_rows, ChunkActivations& a,
                               Tensor& dx_rows, LayerWeights& g) {
   Backend& b = backend_;
-  b.RopeBackward(kv_grad_rows.dk, begin, rope_);
+  b.RopeBackward(kv_grad_rows.dk, begin, rope_, docs_);
   if (config_.qk_norm) {
     b.RmsNormBackward(kv_rows.k_pre, w.k_norm, kv_rows.k_rstd, kv_grad_rows.dk, kv_grad_rows.dk,
                       g.k_norm);

@@ -35,6 +35,11 @@ class DecoderLayer {
   // `rope` is the model's rotary table (ModelConfig::rope_table), kept by reference.
   DecoderLayer(const ModelConfig& config, const RopeTable& rope, Backend& backend);
 
+  // Packed documents of the sequence (kernels/documents.h, on the backend's
+  // device; kept by pointer, null: one document): RoPE positions restart per
+  // document and attention stays inside each one, in every piece below.
+  void set_documents(const Tensor* doc_offsets) { docs_ = doc_offsets; }
+
   // a.xn, a.x_rstd <- RMSNorm of x_rows.
   void InputNorm(const LayerWeights& w, const Tensor& x_rows, ChunkActivations& a);
 
@@ -66,6 +71,7 @@ class DecoderLayer {
   Backend& backend_;
   float eps_;
   float scale_;  // 1/sqrt(head_dim)
+  const Tensor* docs_ = nullptr;
 };
 
 }  // namespace sbp

@@ -148,12 +148,14 @@ absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
 }
 
 absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor& ids,
-                                       const Tensor& targets, TokenLoss& loss) {
+                                       const Tensor& targets, TokenLoss& loss,
+                                       const Tensor* doc_offsets) {
   CheckSequence(ids, targets);
   Backend& b = backend_;
   const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/false);
   const int64_t T = plan.tokens, H = config_.hidden_size;
   DecoderLayer layer(config_, rope_, b);
+  layer.set_documents(doc_offsets);
   // Two hidden-state buffers alternate between layer input and output.
   ASSIGN_OR_RETURN(Tensor x, Make(b, {T, H}, "hidden states"));
   ASSIGN_OR_RETURN(Tensor y, Make(b, {T, H}, "hidden states"));
@@ -181,7 +183,7 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
 
 absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, const Tensor& ids,
                                                const Tensor& targets, TokenLoss& loss,
-                                               ModelTensors& grads) {
+                                               ModelTensors& grads, const Tensor* doc_offsets) {
   CheckSequence(ids, targets);
   Backend& b = backend_;
   const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/true);
@@ -190,6 +192,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   const bool keep_all = options_.mode == BackwardMode::kFull;
   const int64_t lora_rank = LoraRank(weights);
   DecoderLayer layer(config_, rope_, b);
+  layer.set_documents(doc_offsets);
 
   // Layer inputs (checkpoints): hidden[l] is the input of layer l, hidden[L]
   // the final hidden state.

@@ -88,14 +88,18 @@ class Engine {
   // contribution; gradients ACCUMULATE into `grads`. With LoRA adapters in
   // `weights` (layers[i].lora), `grads` may leave the base tensors undefined:
   // they are frozen and get no gradient. ResourceExhausted when
-  // the allocator's budget is too small.
+  // the allocator's budget is too small. `doc_offsets` (i32 [n + 1] on the
+  // backend's device, kernels/documents.h) makes the sequence n packed
+  // documents: positions restart and attention stays inside each document, in
+  // every mode and chunking (chunks may cut through documents).
   absl::StatusOr<double> ForwardBackward(const ModelTensors& weights, const Tensor& ids,
                                          const Tensor& targets, TokenLoss& loss,
-                                         ModelTensors& grads);
+                                         ModelTensors& grads, const Tensor* doc_offsets = nullptr);
 
   // Loss contribution only (chunked forward, nothing stored for backward).
   absl::StatusOr<double> Forward(const ModelTensors& weights, const Tensor& ids,
-                                 const Tensor& targets, TokenLoss& loss);
+                                 const Tensor& targets, TokenLoss& loss,
+                                 const Tensor* doc_offsets = nullptr);
 
   // Rows per query chunk and per logits chunk for a sequence of `tokens`:
   // the whole sequence for the baselines' training step, the options (or the
