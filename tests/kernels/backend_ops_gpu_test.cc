@@ -12,7 +12,8 @@
 // Shapes cover the edge cases of each kernel: rows and heads not multiples
 // of the tile sizes, query offsets with unused trailing keys, single rows,
 // GQA groups, head dims 16/64/80/128 (generic and tensor-core attention),
-// a 151936-wide vocabulary, in-place aliases and accumulation.
+// a 151936-wide vocabulary, in-place aliases and accumulation, and packed
+// documents (RoPE and attention with document offsets).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -313,6 +314,64 @@ void AddAttentionCases(std::vector<OpCase>& cases) {
   }
 }
 
+// Packed documents (kernels/documents.h): RoPE positions restart per
+// document, attention is block-diagonal causal; chunks (q_offset) cut
+// documents, documents straddle the 32- and 64-row tiles of both kernels.
+void AddPackedDocumentCases(std::vector<OpCase>& cases) {
+  using op_test::FromInts;
+  const Tensor docs = FromInts({6}, {0, 3, 70, 71, 150, 230});
+  const RopeTable table = PlainRopeTable(64, 1e6);
+  for (bool backward : {false, true}) {
+    cases.push_back(
+        {std::string(backward ? "rope_backward" : "rope_forward") + "_documents",
+         {OutArg("x", Kind::kAct, RandomTensor({150, 2, 64}, 22)), In("docs", Kind::kI32, docs)},
+         [table, backward](Backend& b, Args& a) {
+           if (backward) {
+             b.RopeBackward(a["x"], 60, table, &a["docs"]);
+           } else {
+             b.RopeForward(a["x"], 60, table, &a["docs"]);
+           }
+           return 0.0;
+         }});
+  }
+  // {tq, tk, hq, hkv, d, q_offset}: whole sequence and a chunk, generic
+  // (d 16, 80) and tensor-core (d 64, 128) kernels.
+  for (const AttnDims& s : {AttnDims{230, 230, 4, 2, 16, 0}, AttnDims{100, 230, 4, 2, 16, 60},
+                            AttnDims{230, 230, 4, 2, 64, 0}, AttnDims{100, 230, 4, 1, 128, 60},
+                            AttnDims{150, 230, 2, 2, 80, 80}}) {
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.d)));
+    Tensor q = RandomTensor({s.tq, s.hq, s.d}, 57);
+    Tensor k = RandomTensor({s.tk, s.hkv, s.d}, 58);
+    Tensor v = RandomTensor({s.tk, s.hkv, s.d}, 59);
+    cases.push_back(
+        {"attention_forward_documents" + s.Tag(),
+         {In("q", Kind::kAct, q), In("k", Kind::kAct, k), In("v", Kind::kAct, v),
+          In("docs", Kind::kI32, docs), OutArg("out", Kind::kAct, Unwritten({s.tq, s.hq, s.d})),
+          OutArg("lse", Kind::kF32, Unwritten({s.tq, s.hq}))},
+         [s, scale](Backend& b, Args& a) {
+           b.AttentionForward(a["q"], a["k"], a["v"], s.q_offset, scale, a["out"], &a["lse"],
+                              &a["docs"]);
+           return 0.0;
+         }});
+    Tensor out = op_test::NewTensor({s.tq, s.hq, s.d});
+    Tensor lse = op_test::NewTensor({s.tq, s.hq});
+    cpu::AttentionForward(q, k, v, s.q_offset, scale, out, &lse, &docs);
+    cases.push_back(
+        {"attention_backward_documents" + s.Tag(),
+         {In("q", Kind::kAct, q), In("k", Kind::kAct, k), In("v", Kind::kAct, v),
+          In("out", Kind::kAct, out), In("dout", Kind::kAct, RandomTensor({s.tq, s.hq, s.d}, 60)),
+          In("lse", Kind::kF32, lse), In("docs", Kind::kI32, docs),
+          OutArg("dq", Kind::kAct, Unwritten({s.tq, s.hq, s.d})),
+          OutArg("dk", Kind::kF32, RandomTensor({s.tk, s.hkv, s.d}, 61, 0.1f)),
+          OutArg("dv", Kind::kF32, RandomTensor({s.tk, s.hkv, s.d}, 62, 0.1f))},
+         [s, scale](Backend& b, Args& a) {
+           b.AttentionBackward(a["q"], a["k"], a["v"], a["out"], a["dout"], a["lse"], s.q_offset,
+                               scale, a["dq"], a["dk"], a["dv"], &a["docs"]);
+           return 0.0;
+         }});
+  }
+}
+
 void AddSwigluCases(std::vector<OpCase>& cases) {
   Tensor gate = RandomTensor({17, 40}, 61, 2.0f);
   Tensor up = RandomTensor({17, 40}, 62);
@@ -455,6 +514,7 @@ std::vector<OpCase> AllCases() {
   AddRopeCases(cases);
   AddMatmulCases(cases);
   AddAttentionCases(cases);
+  AddPackedDocumentCases(cases);
   AddSwigluCases(cases);
   AddCrossEntropyCases(cases);
   AddOptimizerAndElementwiseCases(cases);
