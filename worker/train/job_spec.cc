@@ -205,6 +205,7 @@ const std::vector<absl::string_view>& TopKeys() {
 const std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>& BlockKeys() {
   static const auto* blocks =
       new std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>{
+          {"data", {"path", "packing"}},
           {"streambp", {"mode", "chunk_tokens", "logits_chunk_tokens"}},
           {"train",
            {"steps", "sequences_per_step", "micro_batch_sequences", "lr", "schedule",
@@ -495,6 +496,20 @@ absl::Status Required(const Reader& r, const Block& top, absl::string_view key) 
   return r.Error("", absl::StrCat("missing required field '", key, "'"));
 }
 
+// `data:` a file name, or {path: FILE, packing: BOOL} (packing: SFT only).
+absl::Status ReadData(const Reader& r, const Block& top, JobSpec& s) {
+  if (!top.Get("data").IsMap()) return ReadString(r, top, "data", s.data);
+  ASSIGN_OR_RETURN(Block db, Block::Make(r, top.Get("data"), "data"));
+  if (!db.Has("path")) return r.Error("data", "missing required field 'path' (the token file)");
+  RETURN_IF_ERROR(ReadString(r, db, "path", s.data));
+  RETURN_IF_ERROR(ReadBool(r, db, "packing", s.data_packing));
+  if (s.data_packing && s.objective != Objective::kSft) {
+    return r.Error("data.packing", absl::StrCat("packs SFT examples; objective ",
+                                                ObjectiveName(s.objective), " has no packing"));
+  }
+  return absl::OkStatus();
+}
+
 auto Positive = [](double v) { return v > 0; };
 auto NonNegative = [](double v) { return v >= 0; };
 auto UnitOpen = [](double v) { return v >= 0 && v < 1; };
@@ -559,11 +574,11 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
                  top.Get("name"));
   }
   RETURN_IF_ERROR(ReadString(r, top, "model", s.model));
-  RETURN_IF_ERROR(ReadString(r, top, "data", s.data));
   RETURN_IF_ERROR(ReadEnum<Objective>(
       r, top, "objective",
       {{"sft", Objective::kSft}, {"dpo", Objective::kDpo}, {"grpo", Objective::kGrpo}},
       s.objective));
+  RETURN_IF_ERROR(ReadData(r, top, s));
   RETURN_IF_ERROR(ReadPositiveInt(r, top, "seq_len", kMaxSpecSeqLen, s.seq_len));
   RETURN_IF_ERROR(ReadEnum<Truncation>(
       r, top, "truncation", {{"reject", Truncation::kReject}, {"truncate", Truncation::kTruncate}},
@@ -709,7 +724,7 @@ Json ToJsonValue(const JobSpec& s) {
   Json j = Json::object();
   j["name"] = s.name;
   j["model"] = s.model;
-  j["data"] = s.data;
+  j["data"] = s.data_packing ? Json{{"path", s.data}, {"packing", true}} : Json(s.data);
   j["objective"] = ObjectiveName(s.objective);
   j["seq_len"] = s.seq_len;
   j["truncation"] = TruncationName(s.truncation);

@@ -124,7 +124,11 @@ struct CheckpointSpec {
 struct JobSpec {
   std::string name;   // [A-Za-z0-9][A-Za-z0-9._-]*, at most 100 characters
   std::string model;  // Hugging Face model directory
-  std::string data;   // JSONL file
+  std::string data;   // token JSONL or shards (`data: FILE` or `data: {path: FILE, ...}`)
+  // `data: {packing: true}` (SFT): each rank packs its examples of a step
+  // greedily, in order, into sequences of at most seq_len tokens, one
+  // document per example (worker/train/packing.h).
+  bool data_packing = false;
   Objective objective = Objective::kSft;
   int64_t seq_len = 0;  // longest example in tokens (prompt + response)
   Truncation truncation = Truncation::kReject;

@@ -8,6 +8,7 @@
 #include "worker/engine/batch.h"
 #include "worker/train/objectives/dpo.h"
 #include "worker/train/objectives/grpo.h"
+#include "worker/train/packing.h"
 
 namespace sbp {
 namespace {
@@ -54,6 +55,9 @@ class SftStep final : public StepObjective {
                                           ModelTensors& grads) override {
     std::vector<TokenSequence> step;
     for (int64_t i : indices) step.push_back(c_.dataset.SftAt(i));
+    // Packing keeps the valid targets (worker/train/packing.h); micro-batches
+    // then count packed sequences.
+    if (c_.spec.data_packing) step = PackSequences(step, c_.spec.seq_len);
     const int64_t local_targets = CountValidTargets(step);
     ASSIGN_OR_RETURN(const int64_t normaliser, GlobalCount(c_.comm, local_targets));
     ObjectiveStepResult result;
@@ -64,8 +68,10 @@ class SftStep final : public StepObjective {
       result.loss += r.loss;
       result.tokens += r.tokens;
       for (const TokenSequence& s : micro) {
-        result.model_flops +=
-            TrainingFlops(c_.engine.config(), static_cast<int64_t>(s.input_ids.size()));
+        // Packed documents attend within themselves: their FLOPs add up.
+        for (int64_t length : DocumentLengths(s)) {
+          result.model_flops += TrainingFlops(c_.engine.config(), length);
+        }
       }
     }
     result.extra["valid_targets"] = local_targets;
