@@ -19,6 +19,7 @@
 #include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/parameter_store.h"
+#include "worker/train/packing.h"
 
 namespace sbp::cli {
 namespace {
@@ -36,6 +37,10 @@ struct BenchOptions {
   uint64_t seed = 1;
   std::string device = "cpu";
   std::string precision = "auto";
+  // > 1: the sequence's tokens as that many examples of equal length, packed
+  // into the one sequence (packed_docs) or run as separate sequences.
+  int64_t packed_docs = 0;
+  int64_t separate_docs = 0;
 };
 
 // The matmul rate the MFU figures are measured against, in this run: plain
@@ -69,7 +74,15 @@ absl::Status RunBench(const BenchOptions& o) {
     Tensor ids = Tensor::Wrap(sequence.input_ids.data(), {seq_len}, DType::kI32);
     FillIntegers(ids, o.seed, 0, static_cast<int32_t>(config.vocab_size));
     sequence.labels = sequence.input_ids;
-    const std::vector<TokenSequence> batch = {sequence};
+    std::vector<TokenSequence> batch = {sequence};
+    if (o.packed_docs > 1) {
+      batch = PackSequences(SplitIntoExamples(sequence, o.packed_docs), seq_len);
+    } else if (o.separate_docs > 1) {
+      batch = SplitIntoExamples(sequence, o.separate_docs);
+    }
+    // Documents attend within themselves: causal attention over each.
+    double attention_saving = TrainingFlops(config, seq_len);
+    for (const TokenSequence& s : batch) attention_saving -= PackedTrainingFlops(config, s);
     const double flops = TrainingFlops(config, seq_len);
     for (const std::string& mode_name : o.modes) {
       ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
@@ -84,6 +97,8 @@ absl::Status RunBench(const BenchOptions& o) {
                              {"device", DeviceName(backend.device())},
                              {"dtype", DTypeName(backend.activation_dtype())},
                              {"seq_len", seq_len},
+                             {"documents", std::max<int64_t>({1, o.packed_docs, o.separate_docs})},
+                             {"layout", o.separate_docs > 1 ? "separate" : "packed"},
                              {"chunk_tokens", plan.chunk},
                              {"logits_chunk_tokens", plan.logits_chunk}};
       if (gpu) line["device_memory_bytes"] = device_memory;
@@ -121,7 +136,7 @@ absl::Status RunBench(const BenchOptions& o) {
         std::fflush(stdout);
         continue;
       }
-      const double gflops = flops / best / 1e9;
+      const double gflops = (flops - attention_saving) / best / 1e9;
       line.update({{"loss", result.loss},
                    {"peak_bytes", allocator.peak_bytes()},
                    {"weights_and_grads_bytes", fixed_bytes},
@@ -168,6 +183,15 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   bench->add_option("--steps", o->steps, "timed steps per mode (best is reported)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  auto* packed = bench
+                     ->add_option("--packed-docs", o->packed_docs,
+                                  "the tokens as this many equal documents packed in the sequence")
+                     ->check(CLI::PositiveNumber);
+  bench
+      ->add_option("--separate-docs", o->separate_docs,
+                   "the tokens as this many equal documents in separate sequences")
+      ->check(CLI::PositiveNumber)
+      ->excludes(packed);
   bench->add_option("--seed", o->seed, "seed for weights and tokens")->capture_default_str();
   bench->add_option("--device", o->device, "cpu or cuda:N")->capture_default_str();
   bench

@@ -27,6 +27,28 @@ std::vector<TokenSequence> PackSequences(const std::vector<TokenSequence>& examp
   return packed;
 }
 
+std::vector<TokenSequence> SplitIntoExamples(const TokenSequence& sequence, int64_t count) {
+  const int64_t n = static_cast<int64_t>(sequence.input_ids.size());
+  CHECK(count > 0 && count <= n) << "cannot cut " << n << " tokens into " << count << " examples";
+  std::vector<TokenSequence> out;
+  int64_t begin = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t end = begin + n / count + (i < n % count ? 1 : 0);
+    TokenSequence e;
+    e.input_ids.assign(sequence.input_ids.begin() + begin, sequence.input_ids.begin() + end);
+    e.labels.assign(sequence.labels.begin() + begin, sequence.labels.begin() + end);
+    out.push_back(std::move(e));
+    begin = end;
+  }
+  return out;
+}
+
+double PackedTrainingFlops(const ModelConfig& config, const TokenSequence& sequence) {
+  double flops = 0;
+  for (int64_t length : DocumentLengths(sequence)) flops += TrainingFlops(config, length);
+  return flops;
+}
+
 std::vector<int64_t> DocumentLengths(const TokenSequence& sequence) {
   if (sequence.doc_offsets.size() < 2) {
     return {static_cast<int64_t>(sequence.input_ids.size())};

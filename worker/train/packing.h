@@ -30,4 +30,13 @@ std::vector<TokenSequence> PackSequences(const std::vector<TokenSequence>& examp
 // Lengths of the documents of `sequence` (one entry when it is not packed).
 std::vector<int64_t> DocumentLengths(const TokenSequence& sequence);
 
+// `sequence` cut into `count` consecutive examples of equal length (the
+// first ones one token longer when it does not divide), for benchmarks of the
+// same tokens packed and unpacked. CHECKs 0 < count <= its length.
+std::vector<TokenSequence> SplitIntoExamples(const TokenSequence& sequence, int64_t count);
+
+// Model FLOPs of a training step over `sequence`: TrainingFlops of each of
+// its documents (attention stays inside them).
+double PackedTrainingFlops(const ModelConfig& config, const TokenSequence& sequence);
+
 }  // namespace sbp

@@ -68,10 +68,7 @@ class SftStep final : public StepObjective {
       result.loss += r.loss;
       result.tokens += r.tokens;
       for (const TokenSequence& s : micro) {
-        // Packed documents attend within themselves: their FLOPs add up.
-        for (int64_t length : DocumentLengths(s)) {
-          result.model_flops += TrainingFlops(c_.engine.config(), length);
-        }
+        result.model_flops += PackedTrainingFlops(c_.engine.config(), s);
       }
     }
     result.extra["valid_targets"] = local_targets;
