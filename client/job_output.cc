@@ -136,6 +136,10 @@ std::string JobDetails(const v1::Job& job) {
   t.AddRow({"step:", StepText(p)});
   if (p.step() > 0) {
     t.AddRow({"loss:", LossText(p)});
+    if (p.eval_step() > 0) {
+      t.AddRow(
+          {"eval loss:", absl::StrFormat("%.4f (after step %d)", p.eval_loss(), p.eval_step())});
+    }
     t.AddRow({"learning rate:", absl::StrFormat("%.3g", p.learning_rate())});
     t.AddRow({"throughput:",
               absl::StrFormat("%.0f tok/s (%d tokens)", p.tokens_per_second(), p.tokens_total())});

@@ -66,7 +66,7 @@ class JobFollower {
     if (p.step() > 0 && p.step() != step_ && p.step_seconds() > 0) {
       step_ = p.step();
       printer_.Update({p.step(), p.total_steps(), p.loss(), p.tokens_per_second(), p.peak_bytes(),
-                       p.eta_seconds()});
+                       p.eta_seconds(), p.eval_step(), p.eval_loss()});
     }
     last_ = job;
     return !IsTerminal(job.state());

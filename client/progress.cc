@@ -32,9 +32,11 @@ std::string ProgressLine(const ProgressSample& p, int width) {
   bar.front() = '[';
   bar.back() = ']';
   for (int i = 0; i < filled; ++i) bar[1 + i] = '#';
-  return absl::StrFormat("%s %*d/%d  loss %.4f  %s tok/s  peak %s  ETA %s", bar,
+  const std::string eval =
+      p.eval_step > 0 ? absl::StrFormat("  eval %.4f @%d", p.eval_loss, p.eval_step) : "";
+  return absl::StrFormat("%s %*d/%d  loss %.4f%s  %s tok/s  peak %s  ETA %s", bar,
                          static_cast<int>(std::to_string(p.total_steps).size()), p.step,
-                         p.total_steps, p.loss, Rate(p.tokens_per_second),
+                         p.total_steps, p.loss, eval, Rate(p.tokens_per_second),
                          FormatByteSize(p.peak_bytes), FormatDuration(p.eta_seconds));
 }
 

@@ -16,6 +16,8 @@ struct ProgressSample {
   double tokens_per_second = 0;
   int64_t peak_bytes = 0;
   double eta_seconds = -1;  // < 0: unknown
+  int64_t eval_step = 0;    // the latest validation loss's step (0: none)
+  double eval_loss = 0;
 };
 
 class ProgressPrinter {
@@ -39,7 +41,8 @@ class ProgressPrinter {
 // "1:02:03" / "4:05".
 std::string FormatDuration(double seconds);
 // The bar line itself (no newline), e.g.
-// "[########------------]  40/100  loss 2.3012  1.2k tok/s  peak 1.1 GiB  ETA 0:42".
+// "[########------------]  40/100  loss 2.3012  1.2k tok/s  peak 1.1 GiB  ETA 0:42",
+// with "  eval 2.4107 @40" after the loss once a validation loss exists.
 std::string ProgressLine(const ProgressSample& sample, int width = 20);
 
 }  // namespace sbp::cli

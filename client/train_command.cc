@@ -51,7 +51,8 @@ class CliObserver final : public TrainingObserver {
     const int64_t done = r.step - first_step_;
     ProgressSample sample{r.step,       r.total_steps,
                           r.loss,       r.tokens_per_second,
-                          r.peak_bytes, done > 0 ? elapsed / done * (r.total_steps - r.step) : -1};
+                          r.peak_bytes, done > 0 ? elapsed / done * (r.total_steps - r.step) : -1,
+                          r.eval_step,  r.eval_loss};
     printer_.Update(sample);
   }
   void OnCheckpoint(int64_t step, const std::string& path) override { last_checkpoint_ = path; }

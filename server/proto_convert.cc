@@ -48,6 +48,8 @@ void ToProto(const JobRecord& job, v1::Job* out) {
   p->set_current_bytes(job.progress.current_bytes);
   p->set_step_seconds(job.progress.step_seconds);
   p->set_eta_seconds(job.progress.eta_seconds);
+  p->set_eval_loss(job.progress.eval_loss);
+  p->set_eval_step(job.progress.eval_step);
   if (job.progress.updated_at != absl::UnixEpoch()) {
     SetTime(job.progress.updated_at, p->mutable_updated_at());
   }
@@ -112,6 +114,8 @@ ProgressRecord FromProto(const v1::JobProgress& p) {
   r.current_bytes = p.current_bytes();
   r.step_seconds = p.step_seconds();
   r.eta_seconds = p.eta_seconds();
+  r.eval_loss = p.eval_loss();
+  r.eval_step = p.eval_step();
   if (p.has_updated_at()) r.updated_at = GetTime(p.updated_at());
   return r;
 }

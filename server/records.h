@@ -26,6 +26,8 @@ struct ProgressRecord {
   int64_t current_bytes = 0;
   double step_seconds = 0;
   double eta_seconds = -1;
+  double eval_loss = 0;
+  int64_t eval_step = 0;                      // 0: no validation loss yet
   absl::Time updated_at = absl::UnixEpoch();  // epoch: never
   bool operator==(const ProgressRecord&) const = default;
 };

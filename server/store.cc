@@ -168,6 +168,8 @@ std::string ProgressToJson(const ProgressRecord& p) {
             {"current_bytes", p.current_bytes},
             {"step_seconds", Number(p.step_seconds)},
             {"eta_seconds", Number(p.eta_seconds)},
+            {"eval_loss", Number(p.eval_loss)},
+            {"eval_step", p.eval_step},
             {"updated_at_us", ToMicros(p.updated_at)}};
   return j.dump();
 }
@@ -188,6 +190,8 @@ ProgressRecord ProgressFromJson(const std::string& text) {
   p.current_bytes = ReadInt(j, "current_bytes");
   p.step_seconds = ReadDouble(j, "step_seconds", 0);
   p.eta_seconds = ReadDouble(j, "eta_seconds", -1);
+  p.eval_loss = ReadDouble(j, "eval_loss", 0);
+  p.eval_step = ReadInt(j, "eval_step");
   p.updated_at = FromMicros(ReadInt(j, "updated_at_us"));
   return p;
 }

@@ -29,8 +29,11 @@ TEST(PrometheusTest, ScrapesCoordinatorAndWorker) {
                   absl::StrCat("--web.listen-address=127.0.0.1:", web), "--log.level=warn"},
                  c.dir(), c.dir() / "prometheus.log");
 
-  // A job long enough to be seen running by a 1 s scrape.
-  const std::string id = c.Submit(c.WriteSpec("scraped", c.Spec("scraped", 60, 64, 0)));
+  // A job long enough to be seen running by a 1 s scrape, with a validation
+  // loss after every step.
+  const std::string id = c.Submit(c.WriteSpec(
+      "scraped",
+      c.Spec("scraped", 60, 64, 0, "eval: {data: data.jsonl, every_steps: 1, max_examples: 4}\n")));
   ASSERT_FALSE(id.empty());
   auto has_series = [&](const std::string& query, const std::string& text) {
     const std::string body = HttpGet(web, "/api/v1/query?query=" + query);
@@ -43,11 +46,13 @@ TEST(PrometheusTest, ScrapesCoordinatorAndWorker) {
       << ReadAll((c.dir() / "prometheus.log").string());
   for (const char* name : {"sbp_worker_memory_peak_bytes", "sbp_worker_memory_capacity_bytes",
                            "sbp_train_tokens_total", "sbp_train_step_seconds_bucket",
-                           "sbp_train_loss", "sbp_jobs", "sbp_workers"}) {
+                           "sbp_train_loss", "sbp_eval_loss", "sbp_jobs", "sbp_workers"}) {
     EXPECT_TRUE(WaitFor([&] { return has_series(name, absl::StrCat("\"__name__\":\"", name)); },
                         seconds(10)))
         << name << ": " << HttpGet(web, absl::StrCat("/api/v1/query?query=", name));
   }
+  // The same validation loss reaches the coordinator and `sbp get`.
+  EXPECT_NE(c.Sbp("get " + id).out.find("eval loss:"), std::string::npos) << c.Sbp("get " + id).out;
   c.Sbp("cancel " + id);  // if it is still running
   server.Kill(SIGTERM);
 }

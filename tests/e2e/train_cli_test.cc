@@ -3,6 +3,11 @@
 // without touching the run directory's checkpoints.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "nlohmann/json.hpp"
 #include "tests/e2e/cli_test_util.h"
 
 namespace sbp::testing {
@@ -51,6 +56,50 @@ TEST_F(TrainCliTest, RunsAndWritesMetricsAndCheckpoints) {
   EXPECT_EQ(ReadAll((dir_ / "run/checkpoints/latest").string()), "step-00000004\n");
   const std::string metrics = ReadAll((dir_ / "run/metrics.jsonl").string());
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 4);
+}
+
+// `eval:` writes the validation loss of the step's weights on the due
+// steps, and it is the loss `sbp grad` computes for those weights and data.
+TEST_F(TrainCliTest, ValidationLossEqualsGradLossOfTheSameWeights) {
+  WriteFile(dir_ / "eval.jsonl",
+            "{\"input_ids\": [1, 21, 20, 19, 2, 19, 20, 21, 3]}\n"
+            "{\"prompt_ids\": [1, 18, 17, 2], \"completion_ids\": [17, 18, 3]}\n"
+            "{\"input_ids\": [1, 22, 23, 24, 25, 2]}\n");
+  std::string spec = Spec();
+  spec += "eval: {data: eval.jsonl, every_steps: 2, max_examples: 2}\n";
+  const CommandResult r = Train(spec);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("eval "), std::string::npos) << r.err;  // the progress line
+
+  std::map<int64_t, double> eval_loss;
+  std::istringstream metrics(ReadAll((dir_ / "run/metrics.jsonl").string()));
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("eval_loss")) eval_loss[j["step"].get<int64_t>()] = j["eval_loss"];
+  }
+  ASSERT_EQ(eval_loss.size(), 2u);
+  ASSERT_TRUE(eval_loss.contains(2) && eval_loss.contains(4));
+  EXPECT_NE(eval_loss[2], eval_loss[4]);
+
+  // The same two examples through `sbp grad` on the step-4 weights.
+  WriteFile(dir_ / "eval2.jsonl",
+            "{\"input_ids\": [1, 21, 20, 19, 2, 19, 20, 21, 3]}\n"
+            "{\"prompt_ids\": [1, 18, 17, 2], \"completion_ids\": [17, 18, 3]}\n");
+  const CommandResult grad = RunCommand(
+      SbpBinary() + " grad --model run/checkpoints/step-00000004 --data eval2.jsonl --out g.st",
+      dir_);
+  ASSERT_EQ(grad.exit_code, 0) << grad.err;
+  const double grad_loss = nlohmann::json::parse(grad.out)["loss"];
+  EXPECT_NEAR(eval_loss[4], grad_loss, 1e-6 * std::max(1.0, std::abs(grad_loss)));
+}
+
+TEST_F(TrainCliTest, ABadValidationFileIsNamedBeforeTheFirstStep) {
+  WriteFile(dir_ / "eval.jsonl", "{\"input_ids\": [1, 2]}\n{\"input_ids\": \"nope\"}\n");
+  const CommandResult r = Train(Spec() + "eval: {data: eval.jsonl}\n");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("eval.data"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(":2"), std::string::npos) << r.err;  // the line
+  EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints/latest"));
 }
 
 struct BadCase {

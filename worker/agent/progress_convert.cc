@@ -24,6 +24,8 @@ streambp::v1::JobProgress ToJobProgress(const StepReport& report, double eta_sec
   p.set_current_bytes(report.current_bytes);
   p.set_step_seconds(report.step_seconds);
   p.set_eta_seconds(eta_seconds);
+  p.set_eval_step(report.eval_step);
+  p.set_eval_loss(report.eval_loss);
   return p;
 }
 

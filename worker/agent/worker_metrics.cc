@@ -48,6 +48,10 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                .Name("sbp_train_loss")
                .Help("Loss of the latest step")
                .Register(*registry_);
+  eval_loss_ = &prometheus::BuildGauge()
+                    .Name("sbp_eval_loss")
+                    .Help("Validation loss of the latest evaluation (jobs with eval:)")
+                    .Register(*registry_);
   mfu_ = &prometheus::BuildGauge()
               .Name("sbp_train_mfu_ratio")
               .Help("Model FLOP utilisation of the latest step (0..1)")
@@ -84,6 +88,7 @@ void WorkerMetrics::SwitchJob(const std::string& job_id) {
     tokens_per_second_->Remove(series_.tokens_per_second);
     step_seconds_->Remove(series_.step_seconds);
     loss_->Remove(series_.loss);
+    if (series_.eval_loss != nullptr) eval_loss_->Remove(series_.eval_loss);
     mfu_->Remove(series_.mfu);
     step_->Remove(series_.step);
   }
@@ -95,6 +100,7 @@ void WorkerMetrics::SwitchJob(const std::string& job_id) {
       labels, prometheus::Histogram::BucketBoundaries{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                                                       10, 25, 60, 120, 300});
   series_.loss = &loss_->Add(labels);
+  series_.eval_loss = nullptr;
   series_.mfu = &mfu_->Add(labels);
   series_.step = &step_->Add(labels);
 }
@@ -106,6 +112,10 @@ void WorkerMetrics::OnStep(const std::string& job_id, const StepReport& report) 
   series_.tokens_per_second->Set(report.tokens_per_second);
   series_.step_seconds->Observe(report.step_seconds);
   series_.loss->Set(report.loss);
+  if (report.eval_step > 0) {
+    if (series_.eval_loss == nullptr) series_.eval_loss = &eval_loss_->Add({{"job", job_}});
+    series_.eval_loss->Set(report.eval_loss);
+  }
   series_.mfu->Set(report.mfu);
   series_.step->Set(static_cast<double>(report.step));
   SetMemory(report.current_bytes, report.peak_bytes);

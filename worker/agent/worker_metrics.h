@@ -49,6 +49,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>* tokens_per_second_;
   prometheus::Family<prometheus::Histogram>* step_seconds_;
   prometheus::Family<prometheus::Gauge>* loss_;
+  prometheus::Family<prometheus::Gauge>* eval_loss_;
   prometheus::Family<prometheus::Gauge>* mfu_;
   prometheus::Family<prometheus::Gauge>* step_;
 
@@ -59,6 +60,7 @@ class WorkerMetrics {
     prometheus::Gauge* tokens_per_second = nullptr;
     prometheus::Histogram* step_seconds = nullptr;
     prometheus::Gauge* loss = nullptr;
+    prometheus::Gauge* eval_loss = nullptr;  // from the job's first validation on
     prometheus::Gauge* mfu = nullptr;
     prometheus::Gauge* step = nullptr;
   } series_ ABSL_GUARDED_BY(mu_);

@@ -67,6 +67,7 @@ absl::Status CheckJobPaths(const JobSpec& spec, const PathPolicy& policy) {
         CheckPath("grpo.reference", spec.grpo.reference, work_dir, readable, read_where));
   }
   RETURN_IF_ERROR(CheckPath("resume_from", spec.resume_from, work_dir, readable, read_where));
+  RETURN_IF_ERROR(CheckPath("eval.data", spec.eval.data, work_dir, readable, read_where));
   // The run directory is written: the owner's area only.
   const fs::path area = Resolved(work_dir / policy.run_area);
   const std::string area_where = policy.run_area.empty()

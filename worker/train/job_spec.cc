@@ -198,7 +198,7 @@ const std::vector<absl::string_view>& TopKeys() {
   static const auto* keys = new std::vector<absl::string_view>{
       "name",         "model",    "data", "objective", "seq_len",   "truncation", "log_every_steps",
       "streambp",     "train",    "dpo",  "grpo",      "resources", "checkpoint", "resume_from",
-      "max_restarts", "priority", "lora"};
+      "max_restarts", "priority", "lora", "eval"};
   return *keys;
 }
 
@@ -216,6 +216,7 @@ const std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>&
           {"resources", {"world_size", "device", "memory"}},
           {"checkpoint", {"every_steps", "dir", "keep_last"}},
           {"lora", {"r", "alpha", "target_modules", "rslora", "init_seed", "dropout"}},
+          {"eval", {"data", "every_steps", "max_examples"}},
       };
   return *blocks;
 }
@@ -515,6 +516,22 @@ auto NonNegative = [](double v) { return v >= 0; };
 auto UnitOpen = [](double v) { return v >= 0 && v < 1; };
 auto UnitClosed = [](double v) { return v >= 0 && v <= 1; };
 
+// The eval block: data required; the validation loss is the SFT loss.
+absl::Status ReadEval(const Reader& r, const Block& eb, Objective objective, EvalSpec& eval) {
+  if (!eb.Has("data")) {
+    return r.Error("eval", "missing required field 'data' (the validation token file)");
+  }
+  RETURN_IF_ERROR(ReadString(r, eb, "data", eval.data));
+  if (eval.data.empty()) return r.Error(eb.Path("data"), "must name a file");
+  if (objective != Objective::kSft) {
+    return r.Error("eval", absl::StrCat("the validation loss is the causal-LM loss of SFT data; "
+                                        "objective ",
+                                        ObjectiveName(objective), " has no eval"));
+  }
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, eb, "every_steps", kMaxSpecSteps, eval.every_steps));
+  return ReadNonNegativeInt(r, eb, "max_examples", INT64_MAX, eval.max_examples);
+}
+
 // The lora block: r required; alpha defaults to r, target_modules to every
 // module (in canonical order whatever order they are given in).
 absl::Status ReadLora(const Reader& r, const Block& lb, LoraOptions& lora) {
@@ -676,6 +693,11 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
     RETURN_IF_ERROR(ReadLora(r, lb, s.lora));
   }
 
+  if (top.Has("eval")) {
+    ASSIGN_OR_RETURN(Block eb, Block::Make(r, top.Get("eval"), "eval"));
+    RETURN_IF_ERROR(ReadEval(r, eb, s.objective, s.eval));
+  }
+
   // resources
   ASSIGN_OR_RETURN(Block rb, Block::Make(r, top.Get("resources"), "resources"));
   RETURN_IF_ERROR(ReadPositiveInt(r, rb, "world_size", kMaxSpecWorldSize, s.resources.world_size));
@@ -765,6 +787,11 @@ Json ToJsonValue(const JobSpec& s) {
   if (!s.resume_from.empty()) j["resume_from"] = s.resume_from;
   j["max_restarts"] = s.max_restarts;
   j["priority"] = s.priority;
+  if (s.eval.enabled()) {
+    j["eval"] = {{"data", s.eval.data},
+                 {"every_steps", s.eval.every_steps},
+                 {"max_examples", s.eval.max_examples}};
+  }
   if (s.lora.enabled()) {
     j["lora"] = {{"r", s.lora.r},
                  {"alpha", s.lora.alpha},
@@ -964,12 +991,9 @@ std::string JobSpecToYaml(const JobSpec& spec) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   const Json j = ToJsonValue(spec);
-  // Fixed order, the same as DESIGN.md §5, rather than the JSON's sorted keys.
-  static constexpr absl::string_view kOrder[] = {
-      "name",         "model",    "data", "objective", "seq_len",   "truncation", "log_every_steps",
-      "streambp",     "train",    "dpo",  "grpo",      "resources", "checkpoint", "resume_from",
-      "max_restarts", "priority", "lora"};
-  for (absl::string_view key : kOrder) {
+  // The schema's order, the same as DESIGN.md §5, rather than the JSON's
+  // sorted keys.
+  for (absl::string_view key : TopKeys()) {
     const auto found = j.find(std::string(key));
     if (found == j.end()) continue;  // optional and unset (resume_from)
     const Json& value = *found;
@@ -1035,6 +1059,16 @@ absl::Status ValidateJobSpecFiles(const JobSpec& spec, absl::string_view base_di
   if (!std::filesystem::is_regular_file(data, ec)) {
     return absl::InvalidArgumentError(
         absl::StrCat("data: '", data, "' is not a regular file (only regular files are read)"));
+  }
+  if (spec.eval.enabled()) {
+    const std::string eval_data = ResolveJobPath(base_dir, spec.eval.data);
+    if (!std::filesystem::is_regular_file(eval_data, ec)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("eval.data: '", eval_data, "' ",
+                       std::filesystem::exists(eval_data, ec)
+                           ? "is not a regular file (only regular files are read)"
+                           : "does not exist"));
+    }
   }
   if (spec.objective == Objective::kDpo) {
     RETURN_IF_ERROR(CheckModelDir("dpo.reference", base_dir, spec.dpo.reference));

@@ -121,6 +121,19 @@ struct CheckpointSpec {
   bool operator==(const CheckpointSpec&) const = default;
 };
 
+// `eval:` the validation loss: the mean causal-LM loss over the valid
+// targets of `data` (SFT token JSONL or shards; the first `max_examples`
+// examples in file order, 0: all), computed with the chunked forward (no
+// backward memory) after every `every_steps`-th step and after the last one
+// (every_steps 0: after the last step only).
+struct EvalSpec {
+  std::string data;  // "": no validation
+  int64_t every_steps = 0;
+  int64_t max_examples = 0;
+  bool enabled() const { return !data.empty(); }
+  bool operator==(const EvalSpec&) const = default;
+};
+
 struct JobSpec {
   std::string name;   // [A-Za-z0-9][A-Za-z0-9._-]*, at most 100 characters
   std::string model;  // Hugging Face model directory
@@ -142,6 +155,7 @@ struct JobSpec {
   // `lora:` trains LoRA adapters on a frozen base (lora.r == 0: full
   // fine-tuning). Defaults: alpha = r, every module, rslora false, seed 0.
   LoraOptions lora;
+  EvalSpec eval;
   // A checkpoint (or a run directory, meaning its newest checkpoint) that a
   // new job starts from: its weights, optimizer state, step and data
   // position. "" starts from `model`. Retries of a job resume its own run.

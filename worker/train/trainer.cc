@@ -24,6 +24,7 @@
 #include "worker/model/model_io.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/dataset.h"
+#include "worker/train/evaluation.h"
 #include "worker/train/job_plan.h"
 #include "worker/train/lora_adapters.h"
 #include "worker/train/lr_schedule.h"
@@ -195,6 +196,7 @@ nlohmann::json StepReport::ToJson() const {
   if (extra.is_object()) {
     for (auto& [key, value] : extra.items()) j[key] = value;
   }
+  if (eval_step == step && step > 0) j["eval_loss"] = eval_loss;
   return j;
 }
 
@@ -339,6 +341,15 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
                    MakeStepObjective(spec, dataset, engine, w, reference_engine,
                                      ref_tensors ? &*ref_tensors : nullptr, comm.get()));
 
+  // The validation set, loaded before the first step so that a bad file
+  // fails the attempt at once.
+  std::unique_ptr<Evaluator> evaluator;
+  if (spec.eval.enabled()) {
+    ASSIGN_OR_RETURN(evaluator, Evaluator::Create(spec, options.base_dir, config.vocab_size));
+  }
+  int64_t eval_step = 0;
+  double eval_loss = 0;
+
   observer->OnStart(spec, start_info);
   TrainSummary summary;
   summary.first_step = state.step + 1;
@@ -400,6 +411,19 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     report.peak_bytes = allocator.peak_bytes();
     report.current_bytes = allocator.current_bytes();
     report.extra = result.extra;
+    if (evaluator != nullptr && evaluator->Due(step, spec.train.steps)) {
+      // After the update: the loss of the weights this step produced.
+      absl::StatusOr<EvalResult> evaluated = evaluator->Run(engine, w, comm.get());
+      if (!evaluated.ok()) {
+        return WithMemoryPlan(evaluated.status(), spec, config, engine_options,
+                              allocator.budget_bytes());
+      }
+      eval_step = step;
+      eval_loss = evaluated->loss;
+      report.peak_bytes = allocator.peak_bytes();
+    }
+    report.eval_step = eval_step;
+    report.eval_loss = eval_loss;
     if (comm) {
       // Seconds of this step the training thread waited on collectives.
       const double waited = optimizer->comm_wait_seconds();

@@ -47,6 +47,10 @@ struct StepReport {
   int64_t peak_bytes = 0;  // allocator peak since the run started
   int64_t current_bytes = 0;
   nlohmann::json extra;  // objective figures (DPO accuracy, GRPO KL, ...)
+  // The latest validation loss (`eval:`), computed after step eval_step
+  // (0: none yet); metrics.jsonl has it on that step's line only.
+  int64_t eval_step = 0;
+  double eval_loss = 0;
   nlohmann::json ToJson() const;
 };
 

@@ -16,6 +16,7 @@ namespace sbp {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using train_testing::MakeTempDir;
 using train_testing::WriteFile;
 
@@ -272,7 +273,17 @@ INSTANTIATE_TEST_SUITE_P(
                   "job.yaml: checkpoint: unknown key 'name' ('name' belongs at the top level)"},
         ErrorCase{"max_restarts: -1\n", "max_restarts: must be a non-negative integer (got -1)"},
         ErrorCase{"priority: high\n", "priority: must be an integer (got 'high')"},
-        ErrorCase{"log_every_steps: 0\n", "log_every_steps: must be a positive integer (got 0)"}));
+        ErrorCase{"log_every_steps: 0\n", "log_every_steps: must be a positive integer (got 0)"},
+        ErrorCase{"eval: {every_steps: 5}\n",
+                  "job.yaml: eval: missing required field 'data' (the validation token file)"},
+        ErrorCase{"eval: {data: v.jsonl, every_steps: -5}\n",
+                  "eval.every_steps: must be a non-negative integer (got -5)"},
+        ErrorCase{"eval: {data: v.jsonl, max_exmaples: 5}\n",
+                  "eval: unknown key 'max_exmaples' (did you mean 'max_examples'?)"},
+        ErrorCase{"name: j\nmodel: m\ndata: d\nobjective: dpo\nseq_len: 8\neval: {data: v}\n",
+                  "job.yaml: eval: the validation loss is the causal-LM loss of SFT data; "
+                  "objective dpo has no eval",
+                  true}));
 
 TEST(JobSpecTest, SourceNameMayBeEmpty) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(absl::StrCat(kMinimal, "train: {lr: -1}\n"), "");
@@ -347,6 +358,18 @@ TEST(JobSpecTest, YamlRoundTrip) {
     EXPECT_EQ(*back, s) << yaml;
     EXPECT_EQ(JobSpecToYaml(*back), yaml);
   }
+}
+
+TEST(JobSpecTest, EvalReadsAndRoundTrips) {
+  const JobSpec s = MustParse(absl::StrCat(
+      kMinimal, "eval: {data: val/held-out.jsonl, every_steps: 5, max_examples: 100}\n"));
+  EXPECT_EQ(s.eval, (EvalSpec{"val/held-out.jsonl", 5, 100}));
+  EXPECT_EQ(MustParse(absl::StrCat(kMinimal, "eval: {data: v.jsonl}\n")).eval,
+            (EvalSpec{"v.jsonl", 0, 0}));
+  EXPECT_FALSE(MustParse(kMinimal).eval.enabled());
+  EXPECT_EQ(*ParseJobSpec(JobSpecToYaml(s), "round.yaml"), s);
+  EXPECT_EQ(*JobSpecFromJson(JobSpecToJson(s)), s);
+  EXPECT_THAT(JobSpecToYaml(MustParse(kMinimal)), Not(HasSubstr("eval")));
 }
 
 TEST(JobSpecTest, YamlKeepsDesignOrderAndAuto) {
