@@ -40,6 +40,7 @@ struct PlanOptions {
   double safety_margin = -1;  // < 0: the device's default
   bool bp_only = false;
   int64_t lora_r = 0;                     // > 0: a LoRA job of this rank
+  int64_t packed_docs = 0;                // > 1: documents packed per sequence
   std::vector<std::string> lora_modules;  // empty: all seven
   std::string output;                     // "" or "json"
 };
@@ -89,6 +90,7 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
   r.world_size = o.world_size;
   ASSIGN_OR_RETURN(r.objective, ParsePlanObjective(o.objective));
   r.optimizer_state = !o.bp_only;
+  r.packed_documents = o.packed_docs;
   if (o.lora_r > 0) {
     r.lora.r = o.lora_r;
     r.lora.alpha = static_cast<double>(o.lora_r);  // memory does not depend on alpha
@@ -134,6 +136,7 @@ Json PlanJson(const PlanRequest& r, const MemoryPlan& plan) {
               {"objective", PlanObjectiveName(r.objective)},
               {"optimizer_state", r.optimizer_state},
               {"lora_r", r.lora.r},
+              {"packed_documents", r.packed_documents},
               {"model_state_bytes", plan.model_state_bytes},
               {"device_overhead_bytes", plan.device_overhead_bytes}};
 }
@@ -300,6 +303,10 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   plan->add_flag("--bp-only", o->bp_only,
                  "backpropagation only: no optimizer moments or master weights (the StreamBP "
                  "paper's setup)");
+  plan->add_option("--packed-docs", o->packed_docs,
+                   "documents packed per sequence (packing changes time, not memory; on CUDA "
+                   "their offsets are counted)")
+      ->check(CLI::PositiveNumber);
   plan->add_option("--lora-r", o->lora_r,
                    "plan a LoRA job of this rank: frozen base, gradients and optimizer state "
                    "for the adapters only")

@@ -47,6 +47,12 @@
 // against the device's memory but not the allocator's. Not modelled: the
 // CUDA kernels' transient O(chunk) scratch (matmul operands rounded to bf16,
 // attention and cross-entropy partials).
+//
+// Packed sequences (packed_documents > 1) hold the same buffers as one
+// sequence of seq_len tokens: K/V, chunks and logits do not depend on where
+// documents start, so packing changes time (attention within documents), not
+// memory; the document offsets (i32 [documents + 1]) are host memory on the
+// CPU and sit beside the token ids on CUDA.
 #pragma once
 
 #include <cstdint>
@@ -92,6 +98,8 @@ struct PlanRequest {
   // `adapter_weights`; each chunk set adds three [C, r] buffers and the step
   // a [max(H, head_dim)] f32 sink for the frozen norms' weight gradients.
   LoraOptions lora;
+  // Documents packed into each sequence (0 or 1: none; at most seq_len count).
+  int64_t packed_documents = 0;
 };
 
 // One named share of the peak.

@@ -126,6 +126,7 @@ StepShape ShapeOf(const PlanRequest& r) {
   s.tied = c.tie_word_embeddings;
   s.reference = r.reference_model.value_or(r.objective != PlanObjective::kSft);
   s.objective_scratch = r.objective != PlanObjective::kSft;
+  s.documents = r.packed_documents > 1 ? std::min(r.packed_documents, s.T) : 0;
   if (r.lora.enabled()) {
     s.lora_r = r.lora.r;
     for (const std::string& module : r.lora.target_modules) {
@@ -311,6 +312,10 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
   if (s.cuda) {
     ledger.Add("token_ids", 2, s.T, 4);
     ledger.SetDetail("token_ids", absl::StrCat("2 x [", s.T, "] i32"));
+    if (s.documents > 1) {
+      ledger.Add("document_offsets", 1, s.documents + 1, 4);
+      ledger.SetDetail("document_offsets", absl::StrCat("[", s.documents + 1, "] i32"));
+    }
   }
   if (s.N > 1) {
     // With LoRA the sink hands out the adapter layout's (empty) edge groups.

@@ -60,6 +60,7 @@ struct StepShape {
   bool qk_norm = false, tied = false, keep_all = false, stream = false;
   bool cuda = false;
   bool reference = false, objective_scratch = false;
+  int64_t documents = 0;  // packed documents per sequence (0: none)
   // LoRA: the rank, and the adapter groups (padded to N) that replace the
   // model's groups wherever the trained parameters are counted.
   int64_t lora_r = 0;

@@ -26,6 +26,8 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
   r.device = spec.resources.device;
   r.optimizer_state = true;
   r.lora = spec.lora;
+  // Packing: at most one document per token (the offsets' largest size).
+  if (spec.data_packing) r.packed_documents = spec.seq_len;
   return r;
 }
 
