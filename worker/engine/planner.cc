@@ -135,9 +135,8 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
                       absl::StrCat("must be at most ", kMaxPlanTokens, " (got ", r.seq_len, ")"));
   }
   if (r.packed_documents < 0) {
-    return FieldError("packed_documents",
-                      absl::StrCat("must be 0 or a number of documents (got ", r.packed_documents,
-                                   ")"));
+    return FieldError("packed_documents", absl::StrCat("must be 0 or a number of documents (got ",
+                                                       r.packed_documents, ")"));
   }
   if (r.chunk_tokens < 0) {
     return FieldError("chunk_tokens",
