@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "tests/worker/dist/rank_processes.h"
 #include "tests/worker/train/test_util.h"
 #include "worker/dist/connect.h"
@@ -69,6 +70,9 @@ class Zero2TrainingTest : public ::testing::TestWithParam<Case> {
     spec.checkpoint.dir = root_ + "/runs/" + run;
     spec.checkpoint.every_steps = 2;
     spec.resources.world_size = world_size;
+    // SFT also computes a validation loss, split over the ranks (7 examples:
+    // uneven over 2, 3 and 4 ranks).
+    if (objective == "sft") spec.eval = {spec.data, 2, 7};
     return spec;
   }
 
@@ -122,6 +126,23 @@ TEST_P(Zero2TrainingTest, RanksReachTheWeightsOfOneWorker) {
       norm += double(y[j]) * y[j];
     }
     EXPECT_LE(std::sqrt(diff / norm), 1e-6) << name;
+  }
+  // The validation losses (steps 2 and 3) agree with one worker's.
+  auto eval_losses = [](const std::string& run) {
+    std::vector<double> losses;
+    std::ifstream in(run + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("eval_loss")) losses.push_back(j["eval_loss"]);
+    }
+    return losses;
+  };
+  if (c.objective == "sft") {
+    const std::vector<double> one = eval_losses(single.checkpoint.dir);
+    const std::vector<double> many = eval_losses(sharded.checkpoint.dir);
+    ASSERT_EQ(one.size(), 2u);
+    ASSERT_EQ(many.size(), 2u);
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(many[i], one[i], 1e-5 * one[i]);
   }
   // The initial weights really changed (the comparison is not vacuous).
   const NamedTensors initial = Load(root_ + "/model", allocator);
