@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data in: `sbp data prepare` throughput and the trainer's resident memory
 # with token shards against the same examples as token JSONL.
-#   bench/data_bench.sh [BUILD_DIR] [TEXT_MB]     (default: build 200)
+#   bench/data_bench.sh [BUILD_DIR] [TEXT_MB] [WORKER_RUNS]   (default: build 200 "1 all")
 # Writes TEXT_MB of {"text"} lines drawn from the repository's Markdown,
 # prepares them with the shipped tokenizer (tests/tokenizer/tiny-bpe) on one
 # worker (tokens/s per core) and on every core, as shards and as token JSONL,
@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 TEXT_MB=${2:-200}
+WORKER_RUNS=${3:-1 all}   # prepare the shards on one worker, on every core, or both
 SBP="$BUILD_DIR/bin/sbp"
 PY=${SBP_PYTHON:-$( [ -x .venv-data/bin/python ] && echo .venv-data/bin/python || echo .venv/bin/python )}
 WORK=$(mktemp -d)
@@ -47,8 +48,11 @@ print(json.dumps({"bench": "prepare", "run": sys.argv[5], "workers": w, "input_b
   "tokens_per_second": round(s["tokens"] / seconds), "tokens_per_second_per_core": round(s["tokens"] / seconds / w)}))
 ' "$summary" "$start" "$end" "$workers" "$name" "$(stat -c %s "$WORK/text.jsonl")"
 }
-prepare shards-1 1 --shards --out "$WORK/data.shard"
-prepare shards-all "$(nproc)" --shards --out "$WORK/data.shard"
+for run in $WORKER_RUNS; do
+  workers=$run
+  [ "$run" = all ] && workers=$(nproc)
+  prepare "shards-$run" "$workers" --shards --out "$WORK/data.shard"
+done
 prepare jsonl-all "$(nproc)" --out "$WORK/data.tokens.jsonl"
 
 "$SBP" model init --config examples/configs/tiny-chat-qwen3.json --seed 1 --out "$WORK/model" >/dev/null
