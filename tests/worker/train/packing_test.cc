@@ -5,9 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/worker/train/test_util.h"
+#include "worker/train/dataset.h"
 #include "worker/train/job_spec.h"
 
 namespace sbp {
@@ -112,6 +116,26 @@ TEST(PackingSpecTest, ErrorsNameTheField) {
   ASSERT_FALSE(not_sft.ok());
   EXPECT_NE(not_sft.status().message().find("data.packing: packs SFT examples"), std::string::npos)
       << not_sft.status();
+}
+
+// examples/jobs/tiny-chat-packed.yaml: packs the chat shard's examples,
+// several per sequence, keeping their valid targets.
+TEST(PackingSpecTest, TheExampleJobPacksTheChatShard) {
+  const std::string root = train_testing::SourceDir();
+  const std::string path = root + "/examples/jobs/tiny-chat-packed.yaml";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto spec = ParseJobSpec(text.str(), path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->data_packing);
+  auto data = Dataset::LoadForJob(*spec, root, /*vocab_size=*/512);
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::vector<TokenSequence> step;
+  for (int64_t i = 0; i < spec->train.sequences_per_step; ++i) step.push_back(data->SftAt(i));
+  const std::vector<TokenSequence> packed = PackSequences(step, spec->seq_len);
+  EXPECT_LT(packed.size() * 4, step.size()) << "at least four conversations per sequence";
+  EXPECT_EQ(CountValidTargets(packed), CountValidTargets(step));
 }
 
 }  // namespace
