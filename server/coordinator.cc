@@ -296,6 +296,10 @@ std::string Coordinator::address() const { return impl_->address; }
 
 std::string Coordinator::metrics_address() const { return impl_->metrics_address; }
 
+std::shared_ptr<prometheus::Registry> Coordinator::metrics_registry() const {
+  return impl_->metrics->registry();
+}
+
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
   if (options.db_path.empty()) {
     return absl::InvalidArgumentError("db: the SQLite database path is required");

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "prometheus/registry.h"
 #include "server/rpc_guard.h"
 
 namespace sbp::server {
@@ -47,7 +48,9 @@ class Coordinator {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
   std::string address() const;          // "127.0.0.1:PORT" actually bound
   std::string metrics_address() const;  // "" when none
-  void Shutdown();                      // graceful, idempotent
+  // The metrics it serves (also without an endpoint: benchmarks read them).
+  std::shared_ptr<prometheus::Registry> metrics_registry() const;
+  void Shutdown();  // graceful, idempotent
   // Re-reads the users file now (SIGHUP); errors keep the old identities.
   absl::Status ReloadIdentities();
   ~Coordinator();  // calls Shutdown

@@ -56,7 +56,7 @@ absl::Status JobManager::Load() {
   ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, store_->ActiveJobs());
   for (const JobRecord& job : jobs) {
     if (job.state == JobState::kPending) {
-      pending_.emplace(job.id, std::make_pair(ToSchedulerJob(job), job.reason));
+      if (pending_.Add(ToSchedulerJob(job), job.reason)) unexplained_.insert(job.id);
     } else if (job.state == JobState::kScheduled || job.state == JobState::kRunning) {
       LiveAttempt live;
       live.attempt = job.attempt;
@@ -231,9 +231,10 @@ absl::Status JobManager::Save(JobRecord& job, JobState before, Change change) {
     metrics_->SetJobCount(job.state, ++counts_[job.state]);
   }
   if (job.state == JobState::kPending) {
-    pending_.try_emplace(job.id, ToSchedulerJob(job), job.reason);
+    if (pending_.Add(ToSchedulerJob(job), job.reason)) unexplained_.insert(job.id);
   } else {
-    pending_.erase(job.id);
+    pending_.Remove(job.id);
+    unexplained_.erase(job.id);
   }
   auto live = live_.find(job.id);
   if (job.state == JobState::kScheduled || job.state == JobState::kRunning) {

@@ -19,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,6 +29,7 @@
 #include "server/identity.h"
 #include "server/job_state.h"
 #include "server/metrics.h"
+#include "server/pending_index.h"
 #include "server/records.h"
 #include "server/rendezvous.h"
 #include "server/scheduler.h"
@@ -278,7 +280,18 @@ class JobManager {
   absl::Status SaveAssignments(const std::vector<AssignmentRecord>& rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  void RunScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One scheduling pass (server/scheduling_pass.h): places what fits, then
+  // writes the waiting reasons that changed for the jobs the pass reached,
+  // the jobs that became pending since the last pass, and the next
+  // `refresh_batch` jobs of a walk over every pending job (so that reasons
+  // follow the cluster at O(batch) per pass, whatever the queue's length).
+  void RunScheduler(size_t refresh_batch = kEventReasonBatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kEventReasonBatch = 256;   // passes run by an event
+  static constexpr size_t kTimerReasonBatch = 4096;  // the timer's pass (Tick)
+  // Writes changed waiting reasons in one transaction and publishes them.
+  void WriteReasons(std::vector<std::pair<PendingIndex::Entry*, WaitingJob>>& changed,
+                    absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdatePendingCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Preemption (job_manager_preemption.cc): the live attempts as the
   // scheduler sees them; asking victims to checkpoint and stop; moving a
   // preempted attempt's job back to PENDING (not a restart); ending the
@@ -328,8 +341,12 @@ class JobManager {
   // Jobs retried after a storage failure wait until this time (backoff).
   absl::flat_hash_map<std::string, absl::Time> retry_after_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> storage_failures_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::pair<SchedulerJob, std::string>> pending_
-      ABSL_GUARDED_BY(mu_);
+  PendingIndex pending_ ABSL_GUARDED_BY(mu_);
+  // Pending jobs whose reason the next pass computes whether it reaches
+  // them or not (new, or back from a storage backoff).
+  absl::flat_hash_set<std::string> unexplained_ ABSL_GUARDED_BY(mu_);
+  // Where the walk that refreshes reasons goes on (PendingIndex::fifo key).
+  std::pair<int64_t, uint64_t> reasons_from_ ABSL_GUARDED_BY(mu_) = {0, 0};
   std::map<JobState, int64_t> counts_ ABSL_GUARDED_BY(mu_);
   absl::Time last_schedule_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);

@@ -245,9 +245,7 @@ std::string JobManager::RunArea(const std::string& owner) const {
 }
 
 int64_t JobManager::PendingJobsOf(const std::string& owner) const {
-  int64_t n = 0;
-  for (const auto& [id, entry] : pending_) n += entry.first.owner == owner;
-  return n;
+  return pending_.CountOf(owner);
 }
 
 std::vector<WorkerCapacity> JobManager::LiveWorkerCapacities() const {

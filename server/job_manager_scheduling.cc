@@ -3,12 +3,14 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/job_manager.h"
 #include "server/job_manager_internal.h"
+#include "server/scheduling_pass.h"
 
 namespace sbp::server {
 
@@ -23,9 +25,7 @@ ScheduleLimits JobManager::CurrentLimits() const {
     limits.running_workers[live.owner] += static_cast<int64_t>(live.succeeded.size());
   }
   if (options_.identities == nullptr) return limits;
-  for (const auto& [id, entry] : pending_) {
-    const std::string& owner = entry.first.owner;
-    if (limits.max_workers.contains(owner)) continue;
+  for (const std::string& owner : pending_.Owners()) {
     const std::optional<Identity> identity = options_.identities->Find(owner);
     if (identity.has_value() && identity->quota.max_running_workers > 0) {
       limits.max_workers[owner] = identity->quota.max_running_workers;
@@ -34,19 +34,24 @@ ScheduleLimits JobManager::CurrentLimits() const {
   return limits;
 }
 
-void JobManager::RunScheduler() {
+void JobManager::RunScheduler(size_t refresh_batch) {
   const absl::Time now = absl::Now();
   last_schedule_ = now;
-  if (pending_.empty()) return;
-  std::vector<SchedulerJob> jobs;
-  jobs.reserve(pending_.size());
-  for (const auto& [id, entry] : pending_) {
-    auto backoff = retry_after_.find(id);
-    if (backoff != retry_after_.end()) {
-      if (now < backoff->second) continue;  // still backing off; its reason says until when
-      retry_after_.erase(backoff);
+  // Jobs backing off after a storage failure sit the pass out; their reason
+  // says until when. One whose backoff is over gets a reason again.
+  absl::flat_hash_set<std::string> excluded;
+  for (auto it = retry_after_.begin(); it != retry_after_.end();) {
+    if (now < it->second) {
+      excluded.insert(it->first);
+      ++it;
+    } else {
+      unexplained_.insert(it->first);
+      retry_after_.erase(it++);
     }
-    jobs.push_back(entry.first);
+  }
+  if (pending_.empty()) {
+    UpdatePendingCounts();
+    return;
   }
   std::vector<const WorkerEntry*> live_workers;
   for (const auto& [id, w] : workers_) {
@@ -60,16 +65,18 @@ void JobManager::RunScheduler() {
               return a->record.id < b->record.id;
             });
   std::vector<SchedulerWorker> workers;
+  workers.reserve(live_workers.size());
   for (const WorkerEntry* w : live_workers) {
     workers.push_back({w->record.id, w->record.device, w->record.memory_bytes,
                        w->confirmed && w->active.empty() && !w->finishing.has_value()});
   }
-  ScheduleResult result = Schedule(std::move(jobs), workers, CurrentLimits(), RunningJobs());
-  absl::flat_hash_map<WaitCause, int> causes;
-  for (const WaitingJob& waiting : result.waiting) ++causes[waiting.cause];
-  for (WaitCause cause : kAllWaitCauses) {
-    metrics_->SetPendingCount(WaitCauseName(cause), causes.contains(cause) ? causes[cause] : 0);
-  }
+  const ScheduleLimits limits = CurrentLimits();
+  const std::vector<RunningJob> running = RunningJobs();
+  const absl::Time pass_start = absl::Now();
+  SchedulingPass pass(workers, limits, running);
+  pass.Run(pending_, excluded);
+  metrics_->ObserveSchedulingPass(absl::ToDoubleSeconds(absl::Now() - pass_start));
+  ScheduleResult& result = pass.result();
 
   for (const Placement& placement : result.placements) {
     absl::StatusOr<JobRecord> loaded = store_->GetJob(placement.job_id);
@@ -105,31 +112,76 @@ void JobManager::RunScheduler() {
   if (!result.placements.empty()) assigned_.SignalAll();
   StartPreemptions(result.preemptions);
 
-  // Pending reasons: write only the ones that changed, in one transaction.
-  std::vector<JobRecord> changed;
-  for (const WaitingJob& waiting : result.waiting) {
-    auto it = pending_.find(waiting.job_id);
-    if (it == pending_.end() || it->second.second == waiting.reason) continue;
-    absl::StatusOr<JobRecord> job = store_->GetJob(waiting.job_id);
-    if (!job.ok()) continue;
-    job->reason = waiting.reason;
-    ++job->revision;
-    job->updated_at = now;
-    changed.push_back(std::move(*job));
+  // Reasons: of the jobs the pass reached, of the jobs not explained yet,
+  // and of the next stretch of the walk over all pending jobs.
+  std::vector<std::pair<PendingIndex::Entry*, WaitingJob>> changed;
+  absl::flat_hash_set<std::string> considered;
+  auto consider = [&](PendingIndex::Entry* entry, WaitingJob waiting) {
+    if (entry == nullptr || !considered.insert(waiting.job_id).second) return;
+    if (entry->reason == waiting.reason) {
+      pending_.SetReason(*entry, std::move(waiting.reason), waiting.cause);
+    } else {
+      changed.emplace_back(entry, std::move(waiting));
+    }
+  };
+  for (WaitingJob& waiting : result.waiting) {
+    PendingIndex::Entry* entry = pending_.Find(waiting.job_id);
+    consider(entry, std::move(waiting));
   }
+  for (const std::string& id : unexplained_) {
+    if (excluded.contains(id) || pass.reached().contains(id)) continue;
+    PendingIndex::Entry* entry = pending_.Find(id);
+    if (entry != nullptr) consider(entry, pass.Waiting(entry->job));
+  }
+  unexplained_.clear();
+  const auto& fifo = pending_.fifo();
+  auto it = fifo.lower_bound(reasons_from_);
+  for (size_t walked = 0; walked < std::min(refresh_batch, fifo.size()); ++walked) {
+    if (it == fifo.end()) it = fifo.begin();
+    PendingIndex::Entry* entry = it->second;
+    ++it;
+    if (excluded.contains(entry->job.id) || pass.reached().contains(entry->job.id)) continue;
+    consider(entry, pass.Waiting(entry->job));
+  }
+  if (it != fifo.end())
+    reasons_from_ = it->first;
+  else
+    reasons_from_ = {0, 0};
+  WriteReasons(changed, now);
+  UpdatePendingCounts();
+}
+
+void JobManager::WriteReasons(std::vector<std::pair<PendingIndex::Entry*, WaitingJob>>& changed,
+                              absl::Time now) {
   if (changed.empty()) return;
+  std::vector<JobRecord> jobs;
+  jobs.reserve(changed.size());
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(sqlite::Transaction tx, store_->Begin());
-    for (const JobRecord& job : changed) RETURN_IF_ERROR(store_->UpdateJob(job));
+    for (const auto& [entry, waiting] : changed) {
+      ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(waiting.job_id));
+      job.reason = waiting.reason;
+      ++job.revision;
+      job.updated_at = now;
+      RETURN_IF_ERROR(store_->UpdateJob(job));
+      jobs.push_back(std::move(job));
+    }
     return tx.Commit();
   }();
   if (!status.ok()) {
     LOG(ERROR) << "saving pending reasons: " << status;
     return;
   }
-  for (const JobRecord& job : changed) {
-    pending_[job.id].second = job.reason;
-    hub_->Publish(job);
+  for (size_t i = 0; i < changed.size(); ++i) {
+    auto& [entry, waiting] = changed[i];
+    pending_.SetReason(*entry, std::move(waiting.reason), waiting.cause);
+    hub_->Publish(jobs[i]);
+  }
+}
+
+void JobManager::UpdatePendingCounts() {
+  for (WaitCause cause : kAllWaitCauses) {
+    metrics_->SetPendingCount(WaitCauseName(cause), static_cast<double>(pending_.CountWith(cause)));
   }
 }
 
@@ -199,7 +251,9 @@ void JobManager::Tick() {
     changed = true;
   }
   if (ExpirePreemptions()) changed = true;
-  if (changed || now - last_schedule_ >= options_.schedule_interval) RunScheduler();
+  if (changed || now - last_schedule_ >= options_.schedule_interval) {
+    RunScheduler(kTimerReasonBatch);
+  }
   UpdateGauges();
 }
 

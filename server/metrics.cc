@@ -26,6 +26,14 @@ Metrics::Metrics()
           QueueWaitFamily(*registry_)
               .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
                                                                5, 10, 30, 60, 300, 900, 3600})),
+      scheduling_pass_(
+          BuildHistogram()
+              .Name("sbp_scheduler_pass_seconds")
+              .Help("Duration of one scheduling pass (its decisions)")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.0001, 0.00025, 0.0005, 0.001,
+                                                               0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                               0.1, 0.25, 1})),
       workers_(BuildGauge().Name("sbp_workers").Help("Workers by state").Register(*registry_)),
       restarts_(BuildCounter()
                     .Name("sbp_job_restarts_total")
@@ -79,6 +87,8 @@ void Metrics::SetJobCount(JobState state, double count) {
 }
 
 void Metrics::ObserveQueueWait(double seconds) { queue_wait_.Observe(seconds); }
+
+void Metrics::ObserveSchedulingPass(double seconds) { scheduling_pass_.Observe(seconds); }
 
 void Metrics::SetWorkerCounts(double idle, double busy, double lost) {
   workers_.Add({{"state", "idle"}}).Set(idle);

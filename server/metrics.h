@@ -11,6 +11,8 @@
 //   sbp_jobs_pending{cause}            gauge, pending jobs by why they wait
 //                                      (no_workers, too_few_fitting_workers, workers_busy,
 //                                      quota, preempting)
+//   sbp_scheduler_pass_seconds         histogram, one scheduling pass (its decisions;
+//                                      the writes that follow are not in it)
 // Every method is thread-safe.
 #pragma once
 
@@ -37,6 +39,7 @@ class Metrics {
 
   void SetJobCount(JobState state, double count);
   void ObserveQueueWait(double seconds);
+  void ObserveSchedulingPass(double seconds);
   void SetWorkerCounts(double idle, double busy, double lost);
   void CountRestart();
   void CountPreemption();
@@ -58,6 +61,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Histogram& queue_wait_;
+  prometheus::Histogram& scheduling_pass_;
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Counter& restarts_;
   prometheus::Counter& preemptions_;

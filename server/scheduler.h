@@ -90,6 +90,9 @@ struct ScheduleResult {
 // kPreempting until they have checkpointed and stopped. A job that already
 // has preemptions on its way preempts more only when those do not free
 // enough workers; a job being preempted is never chosen again.
+//
+// This is one exhaustive SchedulingPass (server/scheduling_pass.h), which the
+// coordinator runs incrementally over its PendingIndex.
 ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<SchedulerWorker>& workers,
                         const ScheduleLimits& limits = {},
                         const std::vector<RunningJob>& running = {});
