@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "client/cli_common.h"
 #include "client/device_setup.h"
 #include "common/status_macros.h"
@@ -18,6 +20,7 @@
 #include "worker/engine/batch.h"
 #include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/lora_store.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/train/packing.h"
 
@@ -41,6 +44,7 @@ struct BenchOptions {
   // into the one sequence (packed_docs) or run as separate sequences.
   int64_t packed_docs = 0;
   int64_t separate_docs = 0;
+  int64_t lora_r = 0;  // > 0: LoRA on every module (frozen base, adapter gradients)
 };
 
 // The matmul rate the MFU figures are measured against, in this run: plain
@@ -57,8 +61,30 @@ absl::Status RunBench(const BenchOptions& o) {
   const bool gpu = !backend.device().is_cpu();
   ASSIGN_OR_RETURN(DeviceModel model, LoadDeviceModel(device, o.model, o.preset, o.seed));
   ParameterStore& weights = model.weights;
-  ParameterStore& grads = model.grads;
   const ModelConfig config = weights.config();
+  // LoRA: the full gradients give way to adapters (alpha = r) and their
+  // gradients; B is drawn at random so that every product is a real one.
+  std::optional<ParameterStore> adapters;
+  if (o.lora_r > 0) {
+    model.grads = ParameterStore();
+    LoraOptions lora;
+    lora.r = o.lora_r;
+    lora.alpha = static_cast<double>(o.lora_r);
+    lora.target_modules = LoraModuleNames();
+    lora.init_seed = o.seed;
+    CpuAllocator host;
+    ASSIGN_OR_RETURN(ParameterStore initial, CreateLoraStore(config, lora, host, "adapters"));
+    InitLoraWeights(initial);
+    for (auto& [name, t] : initial.NamedTensors()) {
+      Tensor view = t;
+      if (absl::StrContains(name, "lora_B")) FillNormal(view, o.seed + 1, 0.0f, 0.01f);
+    }
+    ASSIGN_OR_RETURN(
+        adapters, CopyStoreToDevice(initial, backend, backend.activation_dtype(), "LoRA adapters"));
+    ASSIGN_OR_RETURN(model.grads,
+                     ZeroStoreOnDevice(*adapters, backend, DType::kF32, "adapter gradients"));
+  }
+  ParameterStore& grads = model.grads;
   const int64_t fixed_bytes = allocator.current_bytes();
   int64_t device_memory = 0;
   if (gpu) {
@@ -67,6 +93,7 @@ absl::Status RunBench(const BenchOptions& o) {
 
   ASSIGN_OR_RETURN(const double peak_gflops, PeakGflops(backend));
   ModelTensors w = BindModelTensors(weights);
+  if (adapters.has_value()) AttachAdapters(*adapters, w);
   ModelTensors g = BindModelTensors(grads);
   for (const int64_t seq_len : o.seq_lens) {
     TokenSequence sequence;
@@ -83,7 +110,7 @@ absl::Status RunBench(const BenchOptions& o) {
     // Documents attend within themselves: causal attention over each.
     double attention_saving = TrainingFlops(config, seq_len);
     for (const TokenSequence& s : batch) attention_saving -= PackedTrainingFlops(config, s);
-    const double flops = TrainingFlops(config, seq_len);
+    const double flops = LoraTrainingFlops(config, w, seq_len);
     for (const std::string& mode_name : o.modes) {
       ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
       Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
@@ -99,6 +126,7 @@ absl::Status RunBench(const BenchOptions& o) {
                              {"seq_len", seq_len},
                              {"documents", std::max<int64_t>({1, o.packed_docs, o.separate_docs})},
                              {"layout", o.separate_docs > 1 ? "separate" : "packed"},
+                             {"lora_r", o.lora_r},
                              {"chunk_tokens", plan.chunk},
                              {"logits_chunk_tokens", plan.logits_chunk}};
       if (gpu) line["device_memory_bytes"] = device_memory;
@@ -199,6 +227,11 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                    "activation storage: auto (bf16 on CUDA, fp32 on the CPU), fp32 or bf16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
       ->capture_default_str();
+  bench
+      ->add_option("--lora-r", o->lora_r,
+                   "LoRA of this rank on every linear layer: frozen base weights, adapter "
+                   "gradients only (FLOPs counted without the frozen weights' gradients)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
   bench->callback([o, exit_code, model, preset] {
     if (model->count() + preset->count() != 1) {
       throw CLI::ValidationError("one of --model or --preset is required");

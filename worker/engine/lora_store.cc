@@ -10,6 +10,7 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "kernels/random.h"
+#include "worker/engine/engine.h"
 
 namespace sbp {
 namespace {
@@ -141,6 +142,29 @@ void AttachAdapters(const ParameterStore& adapters, ModelTensors& weights) {
   const ModelTensors bound = BindAdapterTensors(adapters);
   CHECK_EQ(bound.layers.size(), weights.layers.size());
   for (size_t i = 0; i < bound.layers.size(); ++i) weights.layers[i].lora = bound.layers[i].lora;
+}
+
+int64_t AdapterParameterCount(const ModelTensors& tensors) {
+  int64_t n = 0;
+  for (const LayerWeights& layer : tensors.layers) {
+    for (const LoraAdapter* a :
+         {&layer.lora.q_proj, &layer.lora.k_proj, &layer.lora.v_proj, &layer.lora.o_proj,
+          &layer.lora.gate_proj, &layer.lora.up_proj, &layer.lora.down_proj}) {
+      if (a->defined()) n += a->a.numel() + a->b.numel();
+    }
+  }
+  return n;
+}
+
+double LoraTrainingFlops(const ModelConfig& c, const ModelTensors& weights, int64_t tokens) {
+  const double full = TrainingFlops(c, tokens);
+  const int64_t adapters = AdapterParameterCount(weights);
+  if (adapters == 0) return full;
+  const double H = c.hidden_size, I = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
+  const double matmul_params =
+      c.num_hidden_layers * (H * q + 2 * H * kv + q * H + 3 * H * I) + c.vocab_size * H;
+  const double T = static_cast<double>(tokens);
+  return full - 2.0 * T * matmul_params + 6.0 * T * static_cast<double>(adapters);
 }
 
 int64_t LoraRank(const ModelTensors& tensors) {

@@ -49,4 +49,12 @@ void AttachAdapters(const ParameterStore& adapters, ModelTensors& weights);
 // The largest adapter rank in `tensors` (0: no adapter).
 int64_t LoraRank(const ModelTensors& tensors);
 
+// Elements of every adapter (A and B) in `tensors`.
+int64_t AdapterParameterCount(const ModelTensors& tensors);
+
+// Model FLOPs of one LoRA forward + backward over `tokens` (TrainingFlops
+// without the frozen weights' gradients, 2 * tokens * matmul parameters, and
+// with 6 * tokens * adapter parameters); TrainingFlops without adapters.
+double LoraTrainingFlops(const ModelConfig& config, const ModelTensors& weights, int64_t tokens);
+
 }  // namespace sbp
