@@ -156,15 +156,18 @@ int64_t AdapterParameterCount(const ModelTensors& tensors) {
   return n;
 }
 
-double LoraTrainingFlops(const ModelConfig& c, const ModelTensors& weights, int64_t tokens) {
-  const double full = TrainingFlops(c, tokens);
+double LoraFlopsPerTokenChange(const ModelConfig& c, const ModelTensors& weights) {
   const int64_t adapters = AdapterParameterCount(weights);
-  if (adapters == 0) return full;
+  if (adapters == 0) return 0;
   const double H = c.hidden_size, I = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
   const double matmul_params =
       c.num_hidden_layers * (H * q + 2 * H * kv + q * H + 3 * H * I) + c.vocab_size * H;
-  const double T = static_cast<double>(tokens);
-  return full - 2.0 * T * matmul_params + 6.0 * T * static_cast<double>(adapters);
+  return -2.0 * matmul_params + 6.0 * static_cast<double>(adapters);
+}
+
+double LoraTrainingFlops(const ModelConfig& c, const ModelTensors& weights, int64_t tokens) {
+  return TrainingFlops(c, tokens) +
+         static_cast<double>(tokens) * LoraFlopsPerTokenChange(c, weights);
 }
 
 int64_t LoraRank(const ModelTensors& tensors) {

@@ -52,9 +52,11 @@ int64_t LoraRank(const ModelTensors& tensors);
 // Elements of every adapter (A and B) in `tensors`.
 int64_t AdapterParameterCount(const ModelTensors& tensors);
 
-// Model FLOPs of one LoRA forward + backward over `tokens` (TrainingFlops
-// without the frozen weights' gradients, 2 * tokens * matmul parameters, and
-// with 6 * tokens * adapter parameters); TrainingFlops without adapters.
+// Model FLOPs of one LoRA forward + backward over `tokens`: TrainingFlops
+// plus tokens * LoraFlopsPerTokenChange (TrainingFlops without adapters).
 double LoraTrainingFlops(const ModelConfig& config, const ModelTensors& weights, int64_t tokens);
+// What LoRA changes per token: no gradients for the frozen weights
+// (-2 * matmul parameters), 6 * adapter parameters more; 0 without adapters.
+double LoraFlopsPerTokenChange(const ModelConfig& config, const ModelTensors& weights);
 
 }  // namespace sbp

@@ -387,6 +387,8 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     ObjectiveStepResult result = *std::move(ran);
     RETURN_IF_ERROR(optimizer->FinishBackward());
     RETURN_IF_ERROR(SumOverRanks(comm.get(), result));
+    // The objectives count full fine-tuning's FLOPs; LoRA computes no frozen weight gradients.
+    result.model_flops += static_cast<double>(result.tokens) * LoraFlopsPerTokenChange(config, w);
     ASSIGN_OR_RETURN(const double grad_norm, optimizer->GlobalGradNorm());
     if (!std::isfinite(grad_norm) || !std::isfinite(result.loss)) {
       return Diverged(step, result.loss, grad_norm, run_dir);

@@ -237,6 +237,28 @@ TEST(LoraEngine, InitIsDeterministicAndKaimingUniform) {
   EXPECT_GT(RelativeError(three->NamedTensors()[0].second, a[0].second), 0.1);
 }
 
+TEST(LoraEngine, FlopsLeaveOutTheFrozenWeightGradients) {
+  auto config = PresetConfig("tiny-qwen3");
+  CpuAllocator allocator;
+  auto base = ParameterStore::Create(*config, allocator, "base");
+  auto adapters = CreateLoraStore(*config, AllModules(4, 8), allocator, "adapters");
+  ASSERT_TRUE(base.ok() && adapters.ok());
+  ModelTensors w = BindModelTensors(*base);
+  EXPECT_EQ(LoraTrainingFlops(*config, w, 100), TrainingFlops(*config, 100));
+  AttachAdapters(*adapters, w);
+  int64_t adapter_params = 0;
+  for (auto& [name, t] : adapters->NamedTensors()) adapter_params += t.numel();
+  EXPECT_EQ(AdapterParameterCount(w), adapter_params);
+  // Matmul parameters: every projection and the (untied) LM head.
+  const ModelConfig& c = *config;
+  const double matmul =
+      c.num_hidden_layers * (2.0 * c.hidden_size * c.q_dim() + 2.0 * c.hidden_size * c.kv_dim() +
+                             3.0 * c.hidden_size * c.intermediate_size) +
+      double(c.vocab_size) * c.hidden_size;
+  EXPECT_DOUBLE_EQ(LoraTrainingFlops(c, w, 100),
+                   TrainingFlops(c, 100) - 100 * (2 * matmul - 6.0 * adapter_params));
+}
+
 TEST(LoraEngine, OptionsAreValidated) {
   LoraOptions o = AllModules(4, 8);
   EXPECT_TRUE(ValidateLoraOptions(o).ok());
