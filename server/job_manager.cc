@@ -235,6 +235,7 @@ absl::Status JobManager::Save(JobRecord& job, JobState before, Change change) {
   } else {
     pending_.Remove(job.id);
     unexplained_.erase(job.id);
+    unwritten_.erase(job.id);
   }
   auto live = live_.find(job.id);
   if (job.state == JobState::kScheduled || job.state == JobState::kRunning) {

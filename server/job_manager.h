@@ -281,17 +281,25 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One scheduling pass (server/scheduling_pass.h): places what fits, then
-  // writes the waiting reasons that changed for the jobs the pass reached,
-  // the jobs that became pending since the last pass, and the next
-  // `refresh_batch` jobs of a walk over every pending job (so that reasons
-  // follow the cluster at O(batch) per pass, whatever the queue's length).
+  // updates the waiting reasons of the jobs the pass reached, of the jobs
+  // that became pending since the last pass, and of the next `refresh_batch`
+  // jobs of a walk over every pending job (so that reasons follow the
+  // cluster at O(batch) per pass, whatever the queue's length). Reasons are
+  // answered from memory at once and stored in batches by the timer.
   void RunScheduler(size_t refresh_batch = kEventReasonBatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr size_t kEventReasonBatch = 256;   // passes run by an event
   static constexpr size_t kTimerReasonBatch = 4096;  // the timer's pass (Tick)
-  // Writes changed waiting reasons in one transaction and publishes them.
-  void WriteReasons(std::vector<std::pair<PendingIndex::Entry*, WaitingJob>>& changed,
-                    absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes up to `max` of the reasons not stored yet, in one transaction,
+  // and publishes them (the timer's batch).
+  void WriteReasons(size_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kReasonWritesPerTick = 256;
+  // A pending job's reason as the scheduler gives it now (it may not be
+  // stored yet): what Get, List and Submit answer.
+  void ShowReason(JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdatePendingCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores the heartbeat times of workers whose stored one is older than half
+  // a lease, in one transaction.
+  void SaveHeartbeats(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Preemption (job_manager_preemption.cc): the live attempts as the
   // scheduler sees them; asking victims to checkpoint and stop; moving a
   // preempted attempt's job back to PENDING (not a restart); ending the
@@ -347,6 +355,8 @@ class JobManager {
   absl::flat_hash_set<std::string> unexplained_ ABSL_GUARDED_BY(mu_);
   // Where the walk that refreshes reasons goes on (PendingIndex::fifo key).
   std::pair<int64_t, uint64_t> reasons_from_ ABSL_GUARDED_BY(mu_) = {0, 0};
+  // Pending jobs whose reason in pending_ is newer than the stored one.
+  absl::flat_hash_set<std::string> unwritten_ ABSL_GUARDED_BY(mu_);
   std::map<JobState, int64_t> counts_ ABSL_GUARDED_BY(mu_);
   absl::Time last_schedule_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);

@@ -152,6 +152,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const Identity& caller,
             << DeviceKindName(job.device) << ")";
   RunScheduler();
   ASSIGN_OR_RETURN(JobRecord latest, store_->GetJob(job.id));
+  ShowReason(latest);
   return SubmitResult{std::move(latest), true};
 }
 
@@ -160,6 +161,7 @@ absl::StatusOr<JobRecord> JobManager::GetJob(const Identity& caller, const std::
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
   RETURN_IF_ERROR(CheckAccess(job, caller));
+  ShowReason(job);
   return job;
 }
 
@@ -193,6 +195,7 @@ absl::StatusOr<JobPage> JobManager::ListJobs(const Identity& caller,
   }
   ASSIGN_OR_RETURN(std::vector<JobRecord> jobs,
                    store_->ListJobs(states, before, page_size + 1, with_spec, owner));
+  for (JobRecord& job : jobs) ShowReason(job);
   JobPage page;
   if (static_cast<int>(jobs.size()) > page_size) {
     jobs.resize(page_size);

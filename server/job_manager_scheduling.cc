@@ -114,15 +114,11 @@ void JobManager::RunScheduler(size_t refresh_batch) {
 
   // Reasons: of the jobs the pass reached, of the jobs not explained yet,
   // and of the next stretch of the walk over all pending jobs.
-  std::vector<std::pair<PendingIndex::Entry*, WaitingJob>> changed;
   absl::flat_hash_set<std::string> considered;
   auto consider = [&](PendingIndex::Entry* entry, WaitingJob waiting) {
     if (entry == nullptr || !considered.insert(waiting.job_id).second) return;
-    if (entry->reason == waiting.reason) {
-      pending_.SetReason(*entry, std::move(waiting.reason), waiting.cause);
-    } else {
-      changed.emplace_back(entry, std::move(waiting));
-    }
+    if (entry->reason != waiting.reason) unwritten_.insert(waiting.job_id);
+    pending_.SetReason(*entry, std::move(waiting.reason), waiting.cause);
   };
   for (WaitingJob& waiting : result.waiting) {
     PendingIndex::Entry* entry = pending_.Find(waiting.job_id);
@@ -143,24 +139,27 @@ void JobManager::RunScheduler(size_t refresh_batch) {
     if (excluded.contains(entry->job.id) || pass.reached().contains(entry->job.id)) continue;
     consider(entry, pass.Waiting(entry->job));
   }
-  if (it != fifo.end())
-    reasons_from_ = it->first;
-  else
-    reasons_from_ = {0, 0};
-  WriteReasons(changed, now);
+  reasons_from_ = it != fifo.end() ? it->first : std::pair<int64_t, uint64_t>{0, 0};
   UpdatePendingCounts();
 }
 
-void JobManager::WriteReasons(std::vector<std::pair<PendingIndex::Entry*, WaitingJob>>& changed,
-                              absl::Time now) {
-  if (changed.empty()) return;
+void JobManager::WriteReasons(size_t max) {
+  if (unwritten_.empty()) return;
+  const absl::Time now = absl::Now();
+  std::vector<std::string> ids;
+  for (const std::string& id : unwritten_) {
+    if (ids.size() >= max) break;
+    ids.push_back(id);
+  }
   std::vector<JobRecord> jobs;
-  jobs.reserve(changed.size());
+  jobs.reserve(ids.size());
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(sqlite::Transaction tx, store_->Begin());
-    for (const auto& [entry, waiting] : changed) {
-      ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(waiting.job_id));
-      job.reason = waiting.reason;
+    for (const std::string& id : ids) {
+      const PendingIndex::Entry* entry = pending_.Find(id);
+      if (entry == nullptr) continue;
+      ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
+      job.reason = entry->reason;
       ++job.revision;
       job.updated_at = now;
       RETURN_IF_ERROR(store_->UpdateJob(job));
@@ -172,10 +171,14 @@ void JobManager::WriteReasons(std::vector<std::pair<PendingIndex::Entry*, Waitin
     LOG(ERROR) << "saving pending reasons: " << status;
     return;
   }
-  for (size_t i = 0; i < changed.size(); ++i) {
-    auto& [entry, waiting] = changed[i];
-    pending_.SetReason(*entry, std::move(waiting.reason), waiting.cause);
-    hub_->Publish(jobs[i]);
+  for (const std::string& id : ids) unwritten_.erase(id);
+  for (const JobRecord& job : jobs) hub_->Publish(job);
+}
+
+void JobManager::ShowReason(JobRecord& job) const {
+  if (job.state != JobState::kPending) return;
+  if (const PendingIndex::Entry* entry = pending_.Find(job.id); entry != nullptr) {
+    job.reason = entry->reason;
   }
 }
 
@@ -251,10 +254,37 @@ void JobManager::Tick() {
     changed = true;
   }
   if (ExpirePreemptions()) changed = true;
+  SaveHeartbeats(now);
   if (changed || now - last_schedule_ >= options_.schedule_interval) {
     RunScheduler(kTimerReasonBatch);
   }
+  WriteReasons(kReasonWritesPerTick);
   UpdateGauges();
+}
+
+void JobManager::SaveHeartbeats(absl::Time now) {
+  std::vector<WorkerEntry*> due;
+  for (auto& [id, w] : workers_) {
+    if (!w.record.lost && w.confirmed && w.last_seen > w.record.last_heartbeat &&
+        now - w.record.last_heartbeat > options_.lease / 2) {
+      due.push_back(&w);
+    }
+  }
+  if (due.empty()) return;
+  absl::Status status = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(sqlite::Transaction tx, store_->Begin());
+    for (WorkerEntry* w : due) {
+      WorkerRecord record = w->record;
+      record.last_heartbeat = w->last_seen;
+      RETURN_IF_ERROR(store_->UpsertWorker(record));
+    }
+    return tx.Commit();
+  }();
+  if (!status.ok()) {
+    LOG(WARNING) << "saving heartbeats: " << status;
+    return;
+  }
+  for (WorkerEntry* w : due) w->record.last_heartbeat = w->last_seen;
 }
 
 void JobManager::UpdateWorkerCounts() {

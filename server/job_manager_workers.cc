@@ -133,11 +133,8 @@ absl::StatusOr<HeartbeatResult> JobManager::Heartbeat(const std::string& worker_
   w.memory.current_bytes = memory.current_bytes;
   w.memory.peak_bytes = memory.peak_bytes;
   if (memory.capacity_bytes > 0) w.memory.capacity_bytes = memory.capacity_bytes;
-  if (now - w.record.last_heartbeat > options_.lease / 2) {
-    w.record.last_heartbeat = now;
-    absl::Status saved = store_->UpsertWorker(w.record);
-    if (!saved.ok()) LOG(WARNING) << "saving heartbeat of " << worker_id << ": " << saved;
-  }
+  // The stored heartbeat time follows in batches (SaveHeartbeats): one
+  // transaction per tick rather than a write per heartbeat.
   result.registered = true;
   for (const AssignmentRecord& a : w.active) {
     if (!IsLive(a)) {
