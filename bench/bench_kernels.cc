@@ -32,10 +32,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/openblas_core.h"
 #include "kernels/allocator.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/openblas_core.h"
 #include "kernels/random.h"
 #include "kernels/tensor.h"
 
@@ -296,6 +296,38 @@ void BenchChunkedAttention(const Options& options, const Reporter& reporter) {
                  timing, 3.5 * AttentionForwardFlops(c), TokensPerSecond(c.t, timing));
 }
 
+// Packed documents: forward and backward over T tokens holding `docs` equal
+// documents (block-diagonal causal through the document offsets) against the
+// same call without them (one causal sequence). FLOPs count the attention
+// that is computed: causal within each document, the whole triangle without.
+void BenchPackedAttention(const Options& options, const Reporter& reporter) {
+  if (!reporter.Wanted("attention_fwd_bwd_packed")) return;
+  const AttentionCase c =
+      options.quick ? AttentionCase{1024, 8, 4, 64} : AttentionCase{4096, 4, 2, 64};
+  const int64_t docs = 16, length = c.t / docs;
+  std::vector<int32_t> offsets;
+  for (int64_t i = 0; i <= docs; ++i) offsets.push_back(static_cast<int32_t>(i * length));
+  const Tensor offsets_t =
+      Tensor::Wrap(offsets.data(), {static_cast<int64_t>(offsets.size())}, DType::kI32);
+  AttentionBuffers b(c, c.t);
+  const double budget = options.quick ? 0.3 : 1.0;
+  for (bool packed : {true, false}) {
+    const Tensor* d = packed ? &offsets_t : nullptr;
+    const Timing timing = Measure(
+        [&] {
+          cpu::AttentionForward(b.q, b.k, b.v, 0, b.scale, b.out, &b.lse, d);
+          cpu::AttentionBackward(b.q, b.k, b.v, b.out, b.dout, b.lse, 0, b.scale, b.dq, b.dk, b.dv,
+                                 d);
+        },
+        1, budget);
+    const double flops = packed ? docs * AttentionForwardFlops({length, c.hq, c.hkv, c.d})
+                                : AttentionForwardFlops(c);
+    reporter.Print("attention_fwd_bwd_packed",
+                   AttentionShape(c) + (packed ? " docs=16" : " docs=1"), timing, 3.5 * flops,
+                   TokensPerSecond(c.t, timing));
+  }
+}
+
 int Main(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
@@ -314,6 +346,7 @@ int Main(int argc, char** argv) {
   BenchMatmul(options, reporter);
   BenchAttention(options, reporter);
   BenchChunkedAttention(options, reporter);
+  BenchPackedAttention(options, reporter);
   return 0;
 }
 
