@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace sbp {
 
 struct LoraOptions {
@@ -42,5 +44,9 @@ inline const std::vector<std::string>& LoraModuleNames() {
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   return *names;
 }
+
+// InvalidArgument naming the field: r < 1, alpha <= 0, no or unknown target
+// modules (named), dropout other than 0.
+absl::Status ValidateLoraOptions(const LoraOptions& options);
 
 }  // namespace sbp

@@ -19,10 +19,6 @@
 
 namespace sbp {
 
-// InvalidArgument naming the field: r < 1, alpha <= 0, no or unknown target
-// modules (named), dropout other than 0.
-absl::Status ValidateLoraOptions(const LoraOptions& options);
-
 // PEFT's key of layer `layer`'s adapter on `module` ("q_proj"), matrix A or B.
 std::string PeftAdapterKey(int layer, absl::string_view module, bool matrix_a);
 
