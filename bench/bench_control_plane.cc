@@ -15,6 +15,11 @@
 // Each measurement uses its own fresh coordinator so that none sees the others' jobs.
 //
 //   sbp-bench-control-plane [--quick]   (--quick: 1000 stored jobs, 10 submits)
+//
+// --scale runs the cluster-scale measurements instead (bench/control_plane_scale.cc):
+// a separate sbp-coordinator with a deep queue and many heartbeating workers.
+//
+//   sbp-bench-control-plane --scale [--jobs N] [--workers N] [--submits N] [--seconds S]
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -33,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/control_plane_scale.h"
 #include "common/logging.h"
 #include "server/coordinator.h"
 #include "streambp/v1/jobs.grpc.pb.h"
@@ -458,12 +464,27 @@ void BenchWatch(const std::filesystem::path& root, int watchers, int changes, in
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, scale = false;
+  sbp::bench::ScaleOptions scale_options;
   for (int i = 1; i < argc; ++i) {
+    auto number = [&](int* out) {
+      if (i + 1 >= argc || std::atoi(argv[i + 1]) < 0) return false;
+      *out = std::atoi(argv[++i]);
+      return true;
+    };
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+    } else if (std::strcmp(argv[i], "--scale") == 0) {
+      scale = true;
+    } else if (!((std::strcmp(argv[i], "--jobs") == 0 && number(&scale_options.queued_jobs)) ||
+                 (std::strcmp(argv[i], "--workers") == 0 && number(&scale_options.workers)) ||
+                 (std::strcmp(argv[i], "--submits") == 0 && number(&scale_options.submits)) ||
+                 (std::strcmp(argv[i], "--seconds") == 0 && number(&scale_options.seconds)) ||
+                 (std::strcmp(argv[i], "--churn") == 0 && number(&scale_options.churn_workers)))) {
+      std::fprintf(stderr,
+                   "usage: %s [--quick] | --scale [--jobs N] [--workers N] [--submits N] "
+                   "[--seconds S] [--churn N]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -472,6 +493,16 @@ int main(int argc, char** argv) {
   const std::filesystem::path root = std::filesystem::temp_directory_path() /
                                      ("sbp_bench_control_plane_" + std::to_string(getpid()));
   std::filesystem::create_directories(root);
+  if (scale) {
+    scale_options.churn_workers = std::min(scale_options.churn_workers, scale_options.workers);
+    scale_options.coordinator =
+        (std::filesystem::canonical("/proc/self/exe").parent_path() / "sbp-coordinator").string();
+    scale_options.dir = (root / "scale").string();
+    const int rc = sbp::bench::RunControlPlaneScale(scale_options);
+    std::error_code ignored;
+    std::filesystem::remove_all(root, ignored);
+    return rc;
+  }
 
   BenchSubmitToRunning(root, quick ? 10 : 50);
   BenchList(root, quick ? 1000 : 10000, quick ? 50 : 200);

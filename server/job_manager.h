@@ -288,11 +288,11 @@ class JobManager {
   // answered from memory at once and stored in batches by the timer.
   void RunScheduler(size_t refresh_batch = kEventReasonBatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr size_t kEventReasonBatch = 256;   // passes run by an event
-  static constexpr size_t kTimerReasonBatch = 4096;  // the timer's pass (Tick)
+  static constexpr size_t kTimerReasonBatch = 1024;  // the timer's pass (Tick)
   // Writes up to `max` of the reasons not stored yet, in one transaction,
   // and publishes them (the timer's batch).
   void WriteReasons(size_t max) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static constexpr size_t kReasonWritesPerTick = 256;
+  static constexpr size_t kReasonWritesPerTick = 32;
   // A pending job's reason as the scheduler gives it now (it may not be
   // stored yet): what Get, List and Submit answer.
   void ShowReason(JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

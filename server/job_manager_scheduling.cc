@@ -158,12 +158,11 @@ void JobManager::WriteReasons(size_t max) {
     for (const std::string& id : ids) {
       const PendingIndex::Entry* entry = pending_.Find(id);
       if (entry == nullptr) continue;
-      ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
-      job.reason = entry->reason;
-      ++job.revision;
-      job.updated_at = now;
-      RETURN_IF_ERROR(store_->UpdateJob(job));
-      jobs.push_back(std::move(job));
+      RETURN_IF_ERROR(store_->UpdateJobReason(id, entry->reason, now));
+      if (hub_->watched(id)) {  // watchers get the new version
+        ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
+        jobs.push_back(std::move(job));
+      }
     }
     return tx.Commit();
   }();

@@ -490,6 +490,19 @@ absl::Status Store::UpdateJob(const JobRecord& job) {
   return absl::OkStatus();
 }
 
+absl::Status Store::UpdateJobReason(absl::string_view id, absl::string_view reason,
+                                    absl::Time updated_at) {
+  static const std::string sql =
+      "UPDATE jobs SET reason = ?2, revision = revision + 1, updated_at_us = ?3 WHERE id = ?1";
+  ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "updating a job's reason"));
+  s->Bind(1, id);
+  s->Bind(2, reason);
+  s->Bind(3, ToMicros(updated_at));
+  RETURN_IF_ERROR(s->Run());
+  if (db_->Changes() == 0) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<JobRecord>> Store::FindJob(absl::string_view id) {
   static const std::string sql =
       absl::StrCat("SELECT ", kJobColumns, kSpecColumns, kJobsWithSpecs, " WHERE j.id = ?");

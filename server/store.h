@@ -46,6 +46,10 @@ class Store {
   // the spec (spec_yaml, spec_json, kept apart from the row that progress
   // rewrites), name, request_id or created_at, which InsertJob fixed.
   absl::Status UpdateJob(const JobRecord& job);
+  // Only a pending job's waiting reason (revision + 1, updated_at): the
+  // scheduler's batched write.
+  absl::Status UpdateJobReason(absl::string_view id, absl::string_view reason,
+                               absl::Time updated_at);
   absl::StatusOr<JobRecord> GetJob(absl::string_view id);
   absl::StatusOr<std::optional<JobRecord>> FindJob(absl::string_view id);
   absl::StatusOr<std::optional<JobRecord>> FindJobByRequestId(absl::string_view request_id);

@@ -88,6 +88,11 @@ void WatchHub::Shutdown() {
   for (const auto& listener : listeners) (*listener)();
 }
 
+bool WatchHub::watched(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  return watchers_.contains(job_id);
+}
+
 size_t WatchHub::watcher_count() const {
   absl::MutexLock lock(&mu_);
   return count_;

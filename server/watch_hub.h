@@ -61,6 +61,8 @@ class WatchHub {
   // Wakes every subscription; Next() returns at once from then on.
   void Shutdown();
   size_t watcher_count() const;
+  // Whether anyone watches `job_id` now.
+  bool watched(const std::string& job_id) const;
 
  private:
   void Unsubscribe(Subscription* subscription);

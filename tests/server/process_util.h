@@ -66,6 +66,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   bool running() const { return pid_ > 0 && !status_.has_value(); }
+  pid_t pid() const { return pid_; }
   void Signal(int signal) {
     if (running()) kill(pid_, signal);
   }

@@ -411,6 +411,25 @@ TEST(StoreTest, SecondOpenOfTheSameFileIsRefused) {
 // The spec is written once: updates (progress, state) leave it alone, and it
 // does not live in the row they rewrite, so an update stays a page or two of
 // WAL however long the spec is.
+TEST(StoreTest, UpdateJobReasonChangesOnlyTheReason) {
+  const auto dir = FreshDir("store_reason");
+  auto store = MustOpen((dir / "c.db").string());
+  ASSERT_NE(store, nullptr);
+  JobRecord job = MakeJob("waiting");
+  ASSERT_TRUE(Submit(*store, job).ok());
+  const JobRecord before = *store->GetJob(job.id);
+  ASSERT_TRUE(store->UpdateJobReason(job.id, "needs 2 idle cpu workers", Ms(1700000009000)).ok());
+  JobRecord after = *store->GetJob(job.id);
+  EXPECT_EQ(after.reason, "needs 2 idle cpu workers");
+  EXPECT_EQ(after.revision, before.revision + 1);
+  EXPECT_EQ(after.updated_at, Ms(1700000009000));
+  after.reason = before.reason;
+  after.revision = before.revision;
+  after.updated_at = before.updated_at;
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(store->UpdateJobReason("absent", "x", Ms(1)).code(), absl::StatusCode::kNotFound);
+}
+
 TEST(StoreTest, UpdatesDoNotRewriteTheSpec) {
   const auto dir = FreshDir("store_spec");
   const std::string path = (dir / "c.db").string();
