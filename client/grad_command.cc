@@ -15,6 +15,7 @@
 #include "worker/engine/parameter_store.h"
 #include "worker/model/model_io.h"
 #include "worker/model/safetensors.h"
+#include "worker/train/dataset.h"
 #include "worker/train/jsonl_data.h"
 
 namespace sbp::cli {
@@ -40,7 +41,16 @@ absl::Status RunGrad(const GradOptions& o) {
   ParameterStore& weights = model.weights;
   ParameterStore& grads = model.grads;
   const ModelConfig config = weights.config();
-  ASSIGN_OR_RETURN(std::vector<TokenSequence> batch, LoadSftJsonl(o.data, config.vocab_size));
+  // Token JSONL or a shard file, told apart by the file's first bytes.
+  ASSIGN_OR_RETURN(const Dataset data,
+                   Dataset::Load(Objective::kSft, o.data, DataOptions{config.vocab_size}));
+  if (data.objective() != Objective::kSft) {
+    return absl::InvalidArgumentError(absl::StrCat("--data: '", o.data, "' holds ",
+                                                   ObjectiveName(data.objective()),
+                                                   " examples; sbp grad takes SFT sequences"));
+  }
+  std::vector<TokenSequence> batch;
+  for (int64_t i = 0; i < data.size(); ++i) batch.push_back(data.SftAt(i));
   Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
   ModelTensors w = BindModelTensors(weights);
   ModelTensors g = BindModelTensors(grads);
@@ -78,9 +88,12 @@ absl::Status RunGrad(const GradOptions& o) {
 
 void AddGradCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<GradOptions>();
-  CLI::App* grad = app.add_subcommand("grad", "loss and gradients of a JSONL batch");
+  CLI::App* grad = app.add_subcommand("grad", "loss and gradients of a batch of SFT sequences");
   grad->add_option("--model", o->model, "Hugging Face model directory")->required();
-  grad->add_option("--data", o->data, "JSONL with input_ids (and labels)")->required();
+  grad->add_option("--data", o->data,
+                   "SFT token JSONL (input_ids and labels, or prompt_ids and completion_ids) or a "
+                   "token shard file")
+      ->required();
   grad->add_option("--mode", o->mode, "backward mode")
       ->check(CLI::IsMember({"stream", "checkpoint", "full"}))
       ->capture_default_str();

@@ -56,6 +56,16 @@ TEST_F(DataCliTest, TokenJsonlToShardsThatTrainLikeTheJsonl) {
   EXPECT_EQ(
       ReadAll((dir_ / "run-data.shard/checkpoints/step-00000003/model.safetensors").string()),
       ReadAll((dir_ / "run-data.jsonl/checkpoints/step-00000003/model.safetensors").string()));
+  // `sbp grad` reads either, with the same loss and gradients.
+  const CommandResult grad_shards = RunCommand(
+      SbpBinary() + " grad --model model --data data.shard --out g-shard.safetensors", dir_);
+  ASSERT_EQ(grad_shards.exit_code, 0) << grad_shards.err;
+  const CommandResult grad_jsonl = RunCommand(
+      SbpBinary() + " grad --model model --data data.jsonl --out g-jsonl.safetensors", dir_);
+  ASSERT_EQ(grad_jsonl.exit_code, 0) << grad_jsonl.err;
+  EXPECT_EQ(ReadAll((dir_ / "g-shard.safetensors").string()),
+            ReadAll((dir_ / "g-jsonl.safetensors").string()));
+  EXPECT_NE(grad_shards.out.find("\"valid_targets\":7"), std::string::npos) << grad_shards.out;
 }
 
 TEST_F(DataCliTest, ADamagedShardIsBadInputNamingTheFile) {
