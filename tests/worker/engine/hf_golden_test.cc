@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "nlohmann/json.hpp"
+#include "tests/reference/golden_files.h"
 #include "tests/worker/engine/engine_test_util.h"
 #include "worker/model/safetensors.h"
 #include "worker/train/jsonl_data.h"
@@ -18,35 +19,9 @@ namespace {
 
 constexpr double kTolerance = 1e-5;
 
-std::string GoldenDir(const std::string& preset) {
-  const char* root = std::getenv("SBP_SOURCE_DIR");
-  return std::string(root ? root : ".") + "/tests/reference/golden/" + preset;
-}
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return nlohmann::json::parse(text.str());
-}
-
-// Copies the logits of every chunk (forward only) into rows of `out`.
-class CaptureLogits final : public TokenLoss {
- public:
-  explicit CaptureLogits(Tensor out) : out_(std::move(out)) {}
-  double ForwardBackward(Backend&, Tensor&, const Tensor&, int64_t) override {
-    ADD_FAILURE() << "forward only";
-    return 0;
-  }
-  double Forward(Backend& backend, Tensor& logits, const Tensor&, int64_t begin) override {
-    Tensor rows = out_.Rows(begin, begin + logits.dim(0));
-    backend.Cast(logits, rows);
-    return 0;
-  }
-
- private:
-  Tensor out_;
-};
+using golden::CaptureLogits;
+using golden::GoldenDir;
+using golden::ReadJson;
 
 class HfGoldenTest : public ::testing::TestWithParam<std::string> {};
 

@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/tensor_checks.h"
 #include "nlohmann/json.hpp"
+#include "tests/reference/golden_files.h"
 #include "worker/engine/batch.h"
 #include "worker/engine/lora_store.h"
 #include "worker/model/model_io.h"
@@ -24,32 +25,9 @@ namespace {
 
 constexpr double kTolerance = 1e-5;
 
-std::string GoldenDir(const std::string& name) {
-  const char* root = std::getenv("SBP_SOURCE_DIR");
-  return std::string(root ? root : ".") + "/tests/reference/golden/" + name;
-}
-
-nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return nlohmann::json::parse(text.str());
-}
-
-// Copies the logits of every chunk (forward only) into rows of `out`.
-class CaptureLogits final : public TokenLoss {
- public:
-  explicit CaptureLogits(Tensor out) : out_(std::move(out)) {}
-  double ForwardBackward(Backend&, Tensor&, const Tensor&, int64_t) override { return 0; }
-  double Forward(Backend& backend, Tensor& logits, const Tensor&, int64_t begin) override {
-    Tensor rows = out_.Rows(begin, begin + logits.dim(0));
-    backend.Cast(logits, rows);
-    return 0;
-  }
-
- private:
-  Tensor out_;
-};
+using golden::CaptureLogits;
+using golden::GoldenDir;
+using golden::ReadJson;
 
 class LoraGoldenTest : public ::testing::Test {
  protected:
