@@ -15,7 +15,9 @@
 #include "worker/model/file_util.h"
 #include "worker/model/model_io.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/dataset.h"
 #include "worker/train/job_spec.h"
+#include "worker/train/token_shards.h"
 
 namespace sbp::train_testing {
 
@@ -87,6 +89,25 @@ class TrainerFixture : public ::testing::Test {
         ReadFileToString(CheckpointPath(spec.checkpoint.dir, spec.train.steps) + "/" + name);
     EXPECT_TRUE(bytes.ok()) << bytes.status();
     return bytes.ok() ? *bytes : "";
+  }
+
+  // ten.jsonl and the same examples as ten.shard: ten prompt/completion
+  // examples of 8 to 15 tokens (ids < 256), so that 4 per step walk into a
+  // second, reshuffled epoch within a run.
+  void WriteTenExamples() {
+    std::ofstream data(root_ / "ten.jsonl");
+    for (int i = 0; i < 10; ++i) {
+      std::vector<int32_t> prompt, completion;
+      for (int t = 0; t < 3 + i % 4; ++t) prompt.push_back((7 * i + 3 * t + 1) % 256);
+      for (int t = 0; t < 5 + i % 3; ++t) completion.push_back((11 * i + 5 * t + 2) % 256);
+      data << nlohmann::json{{"prompt_ids", prompt}, {"completion_ids", completion}}.dump() << "\n";
+    }
+    data.close();
+    const DataOptions options{256, 0, Truncation::kReject};
+    absl::StatusOr<Dataset> loaded =
+        Dataset::Load(Objective::kSft, (root_ / "ten.jsonl").string(), options);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_TRUE(WriteTokenShards((root_ / "ten.shard").string(), loaded->sft(), 256).ok());
   }
 
   fs::path root_;

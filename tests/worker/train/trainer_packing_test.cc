@@ -29,22 +29,8 @@ class TrainerPackingTest : public train_testing::TrainerFixture {
  protected:
   void SetUp() override {
     TrainerFixture::SetUp();
-    // Ten prompt/completion examples of 8 to 15 tokens: 4 per step walks into
-    // a second, reshuffled epoch within the run; with seq_len 40 a step's
-    // examples make one or two packed sequences.
-    std::ofstream data(root_ / "ten.jsonl");
-    for (int i = 0; i < 10; ++i) {
-      std::vector<int32_t> prompt, completion;
-      for (int t = 0; t < 3 + i % 4; ++t) prompt.push_back((7 * i + 3 * t + 1) % 256);
-      for (int t = 0; t < 5 + i % 3; ++t) completion.push_back((11 * i + 5 * t + 2) % 256);
-      data << nlohmann::json{{"prompt_ids", prompt}, {"completion_ids", completion}}.dump() << "\n";
-    }
-    data.close();
-    const DataOptions options{256, 0, Truncation::kReject};
-    absl::StatusOr<Dataset> loaded =
-        Dataset::Load(Objective::kSft, (root_ / "ten.jsonl").string(), options);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    ASSERT_TRUE(WriteTokenShards((root_ / "ten.shard").string(), loaded->sft(), 256).ok());
+    // With seq_len 40 a step's examples make one or two packed sequences.
+    WriteTenExamples();
   }
 
   JobSpec PackedSpec(const std::string& name, const std::string& file, bool packing = true) {
