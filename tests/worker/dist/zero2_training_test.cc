@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tests/worker/dist/example_jobs.h"
 #include "tests/worker/dist/rank_processes.h"
 #include "tests/worker/train/test_util.h"
 #include "worker/dist/connect.h"
@@ -37,25 +38,11 @@ class Zero2TrainingTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     root_ = train_testing::MakeTempDir("zero2");
-    auto config = PresetConfig("tiny-qwen3");
-    ASSERT_TRUE(config.ok());
-    CpuAllocator allocator;
-    auto weights = InitModelWeights(*config, 5, allocator);
-    ASSERT_TRUE(weights.ok());
-    ASSERT_TRUE(SaveModelDirectory(root_ + "/model", *weights, DType::kF32).ok());
+    dist_testing::SaveTinyModel(root_ + "/model", 5);
   }
 
   JobSpec Spec(const std::string& objective, int world_size, const std::string& run) {
-    const std::string source = train_testing::SourceDir();
-    std::ifstream in(source + "/examples/jobs/tiny-" + objective + ".yaml");
-    std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto parsed = ParseJobSpec(yaml, objective);
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    JobSpec spec = *parsed;
-    spec.model = root_ + "/model";
-    spec.data = source + "/examples/data/tiny-" + objective + ".jsonl";
-    spec.dpo.reference = spec.model;
-    spec.grpo.reference = spec.model;
+    JobSpec spec = dist_testing::ExampleJobSpec(objective, root_ + "/model");
     spec.train.steps = 3;
     spec.train.sequences_per_step = 5;  // 5 examples over 2, 3 or 4 ranks: uneven
     spec.train.micro_batch_sequences = 2;
