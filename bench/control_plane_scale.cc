@@ -93,6 +93,22 @@ class Samples {
   std::vector<double> v_;
 };
 
+// Counts a failed call and says why on stderr (the first few of them).
+class Failures {
+ public:
+  void Add(const char* call, const grpc::Status& status) {
+    const int n = ++count_;
+    if (n <= 10) {
+      std::fprintf(stderr, "%s failed: %d %s\n", call, static_cast<int>(status.error_code()),
+                   status.error_message().c_str());
+    }
+  }
+  int count() const { return count_.load(); }
+
+ private:
+  std::atomic<int> count_{0};
+};
+
 double Quantile(std::vector<double>& v, double q) {  // nearest rank; v sorted
   if (v.empty()) return 0;
   size_t i = static_cast<size_t>(q * static_cast<double>(v.size()) + 0.999999);
@@ -273,7 +289,8 @@ int RunControlPlaneScale(const ScaleOptions& options) {
 
   // Workers: register, then heartbeat at their interval, each at its own phase.
   std::atomic<bool> stop{false};
-  std::atomic<int> registered{0}, failures{0};
+  std::atomic<int> registered{0};
+  Failures failures;
   Samples register_ms, heartbeat_ms, late_ms;
   // Heartbeats while Submits and Lists run, and while only heartbeats and
   // the churn do.
@@ -300,8 +317,8 @@ int RunControlPlaneScale(const ScaleOptions& options) {
         request.set_version("bench");
         v1::RegisterWorkerResponse response;
         const Clock::time_point r0 = Clock::now();
-        if (!stub->Register(Context().get(), request, &response).ok()) {
-          ++failures;
+        if (grpc::Status s = stub->Register(Context().get(), request, &response); !s.ok()) {
+          failures.Add("Register", s);
           continue;
         }
         register_ms.Add(MsSince(r0));
@@ -325,8 +342,10 @@ int RunControlPlaneScale(const ScaleOptions& options) {
         v1::HeartbeatResponse response;
         const Clock::time_point h0 = Clock::now();
         late_ms.Add(MsSince(next->due, h0));
-        if (!stub->Heartbeat(Context().get(), request, &response).ok() || !response.registered()) {
-          ++failures;
+        if (grpc::Status s = stub->Heartbeat(Context().get(), request, &response); !s.ok()) {
+          failures.Add("Heartbeat", s);
+        } else if (!response.registered()) {
+          failures.Add("Heartbeat", grpc::Status(grpc::StatusCode::NOT_FOUND, "not registered"));
         }
         heartbeat_ms.Add(MsSince(h0));
         heartbeat_by_phase[phase.load()].Add(MsSince(h0));
@@ -334,7 +353,7 @@ int RunControlPlaneScale(const ScaleOptions& options) {
       }
     });
   }
-  while (registered.load() + failures.load() < options.workers) {
+  while (registered.load() + failures.count() < options.workers) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   Print("scale_register",
@@ -392,7 +411,9 @@ int RunControlPlaneScale(const ScaleOptions& options) {
           request.set_spec_yaml(Spec(absl::StrCat("late-", i)));
           v1::SubmitJobResponse response;
           const Clock::time_point s0 = Clock::now();
-          if (!stub->Submit(Context().get(), request, &response).ok()) ++failures;
+          if (grpc::Status s = stub->Submit(Context().get(), request, &response); !s.ok()) {
+            failures.Add("Submit", s);
+          }
           submit_ms.Add(MsSince(s0));
         }
       });
@@ -425,8 +446,10 @@ int RunControlPlaneScale(const ScaleOptions& options) {
       if (which == 1) request.set_page_token(middle_token);
       v1::ListJobsResponse response;
       const Clock::time_point l0 = Clock::now();
-      if (!jobs->List(Context().get(), request, &response).ok() || response.jobs_size() != 100) {
-        ++failures;
+      if (grpc::Status s = jobs->List(Context().get(), request, &response); !s.ok()) {
+        failures.Add("List", s);
+      } else if (response.jobs_size() != 100) {
+        failures.Add("List", grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "short page"));
       }
       (which == 0 ? list_first : list_middle).Add(MsSince(l0));
     }
@@ -479,10 +502,10 @@ int RunControlPlaneScale(const ScaleOptions& options) {
                      ",\"cpu_cores_busy\":", busy_cpu / busy_seconds,
                      ",\"cpu_cores_heartbeats_only\":", quiet_cpu / quiet_seconds,
                      ",\"pending_jobs\":", MetricValue(text, "sbp_jobs{state=\"pending\"}"),
-                     ",\"lost_workers\":", lost, ",\"rpc_failures\":", failures.load()));
+                     ",\"lost_workers\":", lost, ",\"rpc_failures\":", failures.count()));
   coordinator.Signal(SIGTERM);
   coordinator.Wait(absl::Seconds(30));
-  return lost == 0 && failures.load() == 0 ? 0 : 1;
+  return lost == 0 && failures.count() == 0 ? 0 : 1;
 }
 
 }  // namespace sbp::bench

@@ -37,6 +37,7 @@
 #include "server/rendezvous.h"
 #include "server/rendezvous_service.h"
 #include "server/rpc_guard.h"
+#include "server/standby_poller.h"
 #include "server/store.h"
 #include "server/watch_hub.h"
 #include "server/worker_service.h"
@@ -181,6 +182,7 @@ struct Coordinator::Impl {
   std::unique_ptr<RendezvousServiceImpl> rendezvous_service;
   std::unique_ptr<ReflectionServices> reflection;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<StandbyPoller> standby_poller;  // see standby_poller.h
   std::string address;
   std::string metrics_address;
   absl::Notification stop_monitor;
@@ -254,6 +256,7 @@ absl::Status Coordinator::Impl::StartServer() {
                    });
   for (grpc::Service* service : reflection->services()) builder.RegisterService(service);
   server = builder.BuildAndStart();
+  standby_poller = std::make_unique<StandbyPoller>();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen,
@@ -282,6 +285,7 @@ void Coordinator::Impl::Shutdown() {
     server->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
     server->Wait();
   }
+  standby_poller.reset();
   StopExposer(std::move(exposer), metrics_address);
   LOG(INFO) << "coordinator stopped";
 }
