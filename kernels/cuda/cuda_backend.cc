@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernel_args.h"
 #include "kernels/cuda/tensor_args.h"
@@ -18,19 +19,22 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaAllocator& 
     return absl::InvalidArgumentError(absl::StrCat("CUDA activations must be f32 or bf16, not ",
                                                    DTypeName(options.activation_dtype)));
   }
+  absl::StatusOr<const cuda::CublasLibrary*> cublas = cuda::LoadCublas();
+  if (!cublas.ok()) return cublas.status();
   std::unique_ptr<CudaBackend> backend(new CudaBackend(allocator, options));
+  backend->cublas_api_ = *cublas;
   backend->Bind();
-  SBP_CUBLAS_CHECK(cublasCreate(&backend->cublas_));
-  SBP_CUBLAS_CHECK(cublasSetStream(backend->cublas_, allocator.stream()));
-  SBP_CUBLAS_CHECK(cublasSetPointerMode(backend->cublas_, CUBLAS_POINTER_MODE_HOST));
+  SBP_CUBLAS_CHECK((*cublas)->create(&backend->cublas_));
+  SBP_CUBLAS_CHECK((*cublas)->set_stream(backend->cublas_, allocator.stream()));
+  SBP_CUBLAS_CHECK((*cublas)->set_pointer_mode(backend->cublas_, CUBLAS_POINTER_MODE_HOST));
   // No TF32: f32 GEMMs stay fp32 so that they match the CPU reference.
-  SBP_CUBLAS_CHECK(cublasSetMathMode(backend->cublas_, CUBLAS_DEFAULT_MATH));
+  SBP_CUBLAS_CHECK((*cublas)->set_math_mode(backend->cublas_, CUBLAS_DEFAULT_MATH));
   if (options.cublas_workspace_bytes > 0) {
     auto workspace = allocator.Allocate(options.cublas_workspace_bytes, "cuBLAS workspace");
     if (!workspace.ok()) return workspace.status();
     backend->workspace_ = *std::move(workspace);
-    SBP_CUBLAS_CHECK(cublasSetWorkspace(backend->cublas_, backend->workspace_->data(),
-                                        backend->workspace_->bytes()));
+    SBP_CUBLAS_CHECK((*cublas)->set_workspace(backend->cublas_, backend->workspace_->data(),
+                                              backend->workspace_->bytes()));
   }
   SBP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&backend->error_word_), sizeof(int)));
   SBP_CUDA_CHECK(cudaMemsetAsync(backend->error_word_, 0, sizeof(int), allocator.stream()));
@@ -43,7 +47,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaAllocator& 
 CudaBackend::~CudaBackend() {
   Bind();
   cudaStreamSynchronize(stream());
-  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_ != nullptr) cublas_api_->destroy(cublas_);
   workspace_.reset();
   if (error_word_ != nullptr) cudaFree(error_word_);
   if (error_host_ != nullptr) cudaFreeHost(error_host_);

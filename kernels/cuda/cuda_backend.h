@@ -29,6 +29,9 @@
 #include "kernels/cuda/cuda_allocator.h"
 
 namespace sbp {
+namespace cuda {
+struct CublasLibrary;  // kernels/cuda/cublas_library.h
+}  // namespace cuda
 
 struct CudaBackendOptions {
   DType activation_dtype = DType::kBF16;  // what activation_dtype() reports
@@ -120,6 +123,7 @@ class CudaBackend final : public Backend {
 
   CudaAllocator& allocator_;
   CudaBackendOptions options_;
+  const cuda::CublasLibrary* cublas_api_ = nullptr;  // loaded by Create
   cublasHandle_t cublas_ = nullptr;
   std::shared_ptr<Buffer> workspace_;  // cuBLAS workspace
   int* error_word_ = nullptr;          // device

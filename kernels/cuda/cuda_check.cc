@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cublas_library.h"
+
 namespace sbp::cuda {
 namespace {
 
@@ -15,6 +18,11 @@ bool SyncAfterEachKernel() {
 }
 
 }  // namespace
+
+std::string DescribeCublas(cublasStatus_t status) {
+  const CublasLibrary& cublas = Cublas();
+  return absl::StrCat(cublas.status_name(status), " (", cublas.status_string(status), ")");
+}
 
 void CheckLaunch(const char* kernel, cudaStream_t stream) {
   const cudaError_t launch = cudaGetLastError();

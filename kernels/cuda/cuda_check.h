@@ -7,6 +7,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 #include "common/check.h"
 
 #define SBP_CUDA_CHECK(call)                                                  \
@@ -17,15 +19,18 @@
         << cudaGetErrorString(sbp_cuda_status_) << ")";                       \
   } while (0)
 
-#define SBP_CUBLAS_CHECK(call)                                                     \
-  do {                                                                             \
-    const cublasStatus_t sbp_cublas_status_ = (call);                              \
-    CHECK(sbp_cublas_status_ == CUBLAS_STATUS_SUCCESS)                             \
-        << #call << " failed: " << cublasGetStatusName(sbp_cublas_status_) << " (" \
-        << cublasGetStatusString(sbp_cublas_status_) << ")";                       \
+#define SBP_CUBLAS_CHECK(call)                                                      \
+  do {                                                                              \
+    const cublasStatus_t sbp_cublas_status_ = (call);                               \
+    CHECK(sbp_cublas_status_ == CUBLAS_STATUS_SUCCESS)                              \
+        << #call << " failed: " << ::sbp::cuda::DescribeCublas(sbp_cublas_status_); \
   } while (0)
 
 namespace sbp::cuda {
+
+// "CUBLAS_STATUS_... (its description)", from the loaded cuBLAS
+// (cublas_library.h).
+std::string DescribeCublas(cublasStatus_t status);
 
 // After a kernel launch: CHECK-fails naming `kernel` when the launch failed
 // (bad configuration, no kernel image for this GPU). With SBP_CUDA_SYNC_CHECK=1

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tensor_args.h"
@@ -62,16 +63,16 @@ void CudaBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
     cuda::LaunchCast(stream(), cuda::AsIn(b), cuda::AsOut(b_in), b.numel());
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  const cublasStatus_t status = cublasGemmEx(
+  const cublasStatus_t status = cublas_api_->gemm_ex(
       cublas_, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
       CublasInt(m, op), CublasInt(n, op), CublasInt(k, op), &alpha, a_in.raw_data(),
       CudaType(a_in.dtype()), CublasInt(lda, op), b_in.raw_data(), CudaType(b_in.dtype()),
       CublasInt(ldb, op), &beta, c.raw_data(), CudaType(c.dtype()), CublasInt(ldc, op),
       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   CHECK(status == CUBLAS_STATUS_SUCCESS)
-      << op << ": cublasGemmEx failed: " << cublasGetStatusName(status) << " ("
-      << cublasGetStatusString(status) << ") for m=" << m << " n=" << n << " k=" << k << ", "
-      << a.DebugString() << " x " << b.DebugString() << " -> " << c.DebugString();
+      << op << ": cublasGemmEx failed: " << cuda::DescribeCublas(status) << " for m=" << m
+      << " n=" << n << " k=" << k << ", " << a.DebugString() << " x " << b.DebugString() << " -> "
+      << c.DebugString();
   cuda::CheckLaunch(op, stream());
 }
 
