@@ -146,11 +146,12 @@ bool CheckpointNeedsMasters(const ModelConfig& config, bool separate_master) {
   return separate_master || CheckpointWeightDType(config) != DType::kF32;
 }
 
-absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
+absl::Status WriteCheckpointModelAndState(const CheckpointSink& sink,
+                                          const std::string& staging_dir,
                                           const ParameterStore& weights,
                                           const TrainerState& state) {
   if (weights.lora() != nullptr) {
-    RETURN_IF_ERROR(SavePeftAdapter(staging_dir, weights));
+    RETURN_IF_ERROR(SavePeftAdapter(staging_dir, weights, sink.base_model));
   } else {
     RETURN_IF_ERROR(SaveModelDirectory(staging_dir, weights.config(), weights.NamedTensors(),
                                        CheckpointWeightDType(weights.config())));
@@ -190,7 +191,7 @@ absl::Status WriteAndCommit(const CheckpointSink& sink, const ParameterStore& we
                             const ParameterStore& exp_avg_sq, const TrainerState& state,
                             int64_t keep_last) {
   const std::string temp_dir = CheckpointStagingPath(sink, state.step);
-  RETURN_IF_ERROR(WriteCheckpointModelAndState(temp_dir, weights, state));
+  RETURN_IF_ERROR(WriteCheckpointModelAndState(sink, temp_dir, weights, state));
   NamedTensors moments = Prefixed(exp_avg, "exp_avg.");
   for (auto& entry : Prefixed(exp_avg_sq, "exp_avg_sq.")) moments.push_back(std::move(entry));
   if (CheckpointNeedsMasters(weights.config(), master != nullptr)) {

@@ -48,6 +48,9 @@ struct CheckpointSink {
   std::string run_dir;
   int64_t attempt = 0;
   std::function<absl::Status()> fence;
+  // The model directory the run loaded: adapter_config.json's
+  // base_model_name_or_path in LoRA checkpoints (null when empty).
+  std::string base_model;
 };
 
 // The dtype model.safetensors is written in: the model's own torch_dtype
@@ -74,7 +77,8 @@ absl::Status SaveCheckpoint(const CheckpointSink& sink, const ParameterStore& we
 // place, `latest`, pruning to `keep_last`).
 std::string CheckpointStagingPath(const CheckpointSink& sink, int64_t step);
 absl::Status PrepareCheckpointStaging(const CheckpointSink& sink, int64_t step);
-absl::Status WriteCheckpointModelAndState(const std::string& staging_dir,
+absl::Status WriteCheckpointModelAndState(const CheckpointSink& sink,
+                                          const std::string& staging_dir,
                                           const ParameterStore& weights, const TrainerState& state);
 absl::Status CommitCheckpoint(const CheckpointSink& sink, int64_t step, int64_t keep_last);
 // `status` after removing the staging directory of `step` when it is an

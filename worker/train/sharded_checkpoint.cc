@@ -92,7 +92,7 @@ absl::Status SaveShardedCheckpoint(const CheckpointSink& sink, const ParameterSt
                      HostCopyOfStore(weights, backend, host, "checkpoint weights"));
     return DropStagingOnError(
         [&]() -> absl::Status {
-          RETURN_IF_ERROR(WriteCheckpointModelAndState(staging, host_weights, state));
+          RETURN_IF_ERROR(WriteCheckpointModelAndState(sink, staging, host_weights, state));
           return CommitCheckpoint(sink, state.step, keep_last);
         }(),
         sink, state.step);

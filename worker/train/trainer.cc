@@ -327,7 +327,8 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     RETURN_IF_ERROR(may_write());
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(run_dir + "/metrics.jsonl", state.step));
   }
-  const CheckpointSink sink{run_dir, options.attempt, [&] { return may_write(); }};
+  const CheckpointSink sink{run_dir, options.attempt, [&] { return may_write(); },
+                            ResolveJobPath(options.base_dir, spec.model)};
 
   Engine reference_engine(
       config, backend,

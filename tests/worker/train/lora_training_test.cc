@@ -56,6 +56,8 @@ TEST_F(LoraTrainingTest, LearnsAndSavesAPeftAdapter) {
   EXPECT_EQ(config["r"], 4);
   EXPECT_EQ(config["lora_alpha"], 8.0);
   EXPECT_EQ(config["target_modules"], nlohmann::json(LoraModuleNames()));
+  // What PEFT's AutoPeftModelForCausalLM loads the base model from.
+  EXPECT_EQ(config["base_model_name_or_path"], spec.model);
   auto options = ReadPeftAdapterConfig(dir);
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->r, 4);
