@@ -9,7 +9,8 @@
 //   submit_rpc          the Submit RPC alone (same runs).
 //   store_jobs          submitting the stored jobs for `list_*` (throughput).
 //   list_100_of_N       List(page_size=100), first page and a middle page.
-//   watch_100_watchers  one change (ReportProgress) until all 100 Watch streams saw it.
+//   watch_100_watchers  one change (ReportProgress) until all 100 Watch streams saw it
+//                       (each watcher on its own connection, as 100 clients).
 //   watch_idle_cpu      process CPU time over 5 s with 0 and with 100 idle watchers.
 //
 // Each measurement uses its own fresh coordinator so that none sees the others' jobs.
@@ -145,6 +146,15 @@ class Harness {
   }
 
   v1::JobService::Stub& jobs() { return *jobs_; }
+  // A JobService stub on a connection of its own, as another client (another
+  // `sbp watch`) would have: one connection carries at most
+  // --max-streams-per-connection (100) calls at once.
+  std::unique_ptr<v1::JobService::Stub> OwnClient(int id) const {
+    grpc::ChannelArguments args;
+    args.SetInt("grpc.channel_id", id);  // distinct arguments: a connection of its own
+    return v1::JobService::NewStub(grpc::CreateCustomChannel(
+        coordinator_->address(), grpc::InsecureChannelCredentials(), args));
+  }
   v1::WorkerService::Stub& workers() { return *workers_; }
 
   v1::Job Submit(const std::string& spec) {
@@ -375,11 +385,12 @@ void BenchWatch(const std::filesystem::path& root, int watchers, int changes, in
   Clock::time_point last_seen, first_seen;
   std::vector<std::thread> threads;
   for (int i = 0; i < watchers; ++i) {
-    threads.emplace_back([&] {
+    threads.emplace_back([&, i] {
       auto context = Context(600);
       v1::WatchJobRequest request;
       request.set_id(job.id());
-      auto reader = h.jobs().Watch(context.get(), request);
+      std::unique_ptr<v1::JobService::Stub> client = h.OwnClient(i);
+      auto reader = client->Watch(context.get(), request);
       v1::JobUpdate update;
       bool first = true;
       v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
