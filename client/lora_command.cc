@@ -4,8 +4,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "client/cli_common.h"
 #include "worker/train/lora_merge.h"
+#include "worker/train/peft_adapter.h"
 
 namespace sbp::cli {
 namespace {
@@ -17,7 +19,20 @@ struct MergeOptions {
 };
 
 int RunMerge(const MergeOptions& o) {
-  auto summary = MergeLoraAdapter(o.model, o.adapter, o.out);
+  std::string model = o.model;
+  if (model.empty()) {
+    // The base model the adapter was trained on, as its checkpoint names it.
+    absl::StatusOr<std::string> named = ReadPeftBaseModel(o.adapter);
+    if (!named.ok()) return ReportError("lora merge", named.status());
+    if (named->empty()) {
+      return ReportError("lora merge",
+                         absl::InvalidArgumentError(
+                             o.adapter + "/adapter_config.json names no base model "
+                                         "(base_model_name_or_path is null): give --model"));
+    }
+    model = *named;
+  }
+  auto summary = MergeLoraAdapter(model, o.adapter, o.out);
   if (!summary.ok()) return ReportError("lora merge", summary.status());
   std::printf("%s\n", summary->dump().c_str());
   return kExitOk;
@@ -31,7 +46,8 @@ void AddLoraCommand(CLI::App& app, int* exit_code) {
   auto options = std::make_shared<MergeOptions>();
   CLI::App* merge = lora->add_subcommand(
       "merge", "write BASE + adapter (W + s B A) as a Hugging Face model directory");
-  merge->add_option("--model", options->model, "base model directory")->required();
+  merge->add_option("--model", options->model,
+                    "base model directory (default: the adapter's base_model_name_or_path)");
   merge
       ->add_option("--adapter", options->adapter,
                    "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")

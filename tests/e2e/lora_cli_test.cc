@@ -92,6 +92,26 @@ TEST_F(LoraCliTest, TrainsAndMerges) {
     ++checked;
   }
   EXPECT_EQ(checked, 6);
+
+  // Without --model the base model is the one the adapter's checkpoint names.
+  const nlohmann::json config =
+      nlohmann::json::parse(ReadAll((adapter / "adapter_config.json").string()));
+  EXPECT_EQ(fs::path(config["base_model_name_or_path"].get<std::string>()).filename(), "model");
+  const CommandResult named = RunCommand(
+      SbpBinary() + " lora merge --adapter run/checkpoints/step-00000004 --out merged-named", dir_);
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_EQ(ReadAll((dir_ / "merged-named/model.safetensors").string()),
+            ReadAll((dir_ / "merged/model.safetensors").string()));
+  // An adapter that names no base model needs --model.
+  fs::create_directories(dir_ / "nobase");
+  fs::copy_file(adapter / "adapter_model.safetensors", dir_ / "nobase/adapter_model.safetensors");
+  nlohmann::json unnamed = config;
+  unnamed["base_model_name_or_path"] = nullptr;
+  WriteFile(dir_ / "nobase/adapter_config.json", unnamed.dump());
+  const CommandResult unnamed_merge =
+      RunCommand(SbpBinary() + " lora merge --adapter nobase --out merged-unnamed", dir_);
+  EXPECT_EQ(unnamed_merge.exit_code, 2) << unnamed_merge.err;
+  EXPECT_NE(unnamed_merge.err.find("names no base model"), std::string::npos) << unnamed_merge.err;
 }
 
 TEST_F(LoraCliTest, BadInputIsExitCodeTwo) {

@@ -67,13 +67,35 @@ absl::Status SavePeftAdapter(const std::string& dir, const ParameterStore& adapt
                              PeftAdapterConfigJson(*adapters.lora(), base_model));
 }
 
-absl::StatusOr<LoraOptions> ReadPeftAdapterConfig(const std::string& dir) {
-  const std::string path = dir + "/" + kConfigFile;
+namespace {
+
+// `dir`/adapter_config.json as a JSON object.
+absl::StatusOr<Json> ReadAdapterConfigObject(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadFileToString(path, kMaxAdapterConfigBytes));
-  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   }
+  return j;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadPeftBaseModel(const std::string& dir) {
+  const std::string path = dir + "/" + kConfigFile;
+  ASSIGN_OR_RETURN(const Json j, ReadAdapterConfigObject(path));
+  const Json base = j.value("base_model_name_or_path", Json());
+  if (base.is_null()) return std::string();
+  if (!base.is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": base_model_name_or_path must be a string or null (got ", base.dump(), ")"));
+  }
+  return base.get<std::string>();
+}
+
+absl::StatusOr<LoraOptions> ReadPeftAdapterConfig(const std::string& dir) {
+  const std::string path = dir + "/" + kConfigFile;
+  ASSIGN_OR_RETURN(const Json j, ReadAdapterConfigObject(path));
   if (j.value("peft_type", std::string()) != "LORA") {
     return absl::InvalidArgumentError(absl::StrCat(path, ": peft_type must be \"LORA\" (got ",
                                                    j.value("peft_type", Json()).dump(), ")"));

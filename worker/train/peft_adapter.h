@@ -31,6 +31,9 @@ std::string PeftAdapterConfigJson(const LoraOptions& options, const std::string&
 absl::Status SavePeftAdapter(const std::string& dir, const ParameterStore& adapters,
                              const std::string& base_model = "");
 
+// `dir`/adapter_config.json's base_model_name_or_path ("" when null or absent).
+absl::StatusOr<std::string> ReadPeftBaseModel(const std::string& dir);
+
 // The LoRA options of `dir`/adapter_config.json (init_seed 0).
 absl::StatusOr<LoraOptions> ReadPeftAdapterConfig(const std::string& dir);
 
