@@ -214,7 +214,7 @@ int64_t CheckLogits(const Tensor& logits, const Tensor& targets, Device device) 
         logits.numel() == targets.numel() * logits.dim(-1))
       << "logits " << logits.DebugString() << " must be [N, V] for targets "
       << targets.DebugString();
-  CHECK_LE(targets.numel(), int64_t{1} << 31) << "too many rows for one launch";
+  CHECK_LT(targets.numel(), int64_t{1} << 31) << "too many rows for one launch";
   return logits.dim(-1);
 }
 

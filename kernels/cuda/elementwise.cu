@@ -57,9 +57,9 @@ __global__ void ColumnSumsKernel(In x, int64_t rows, int64_t cols, int64_t rows_
   if (c >= cols) return;
   const int64_t r0 = g * rows_per_group;
   const int64_t r1 = min(rows, r0 + rows_per_group);
-  float acc = 0.0f;
+  double acc = 0.0;  // in double like the CPU's column sums: groups can hold 10^4+ rows
   for (int64_t r = r0; r < r1; ++r) acc += Load(x, r * cols + c);
-  partials[g * cols + c] = acc;
+  partials[g * cols + c] = static_cast<float>(acc);
 }
 
 __global__ void AddPartialsKernel(const float* partials, int groups, int64_t cols, Out target) {
@@ -84,10 +84,10 @@ __global__ void SumSquaresKernel(In x, int64_t n, int64_t per_block, double* par
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-__global__ void SumInOrderKernel(const double* partials, int count, double* result) {
+__global__ void SumInOrderKernel(const double* partials, int64_t count, double* result) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   double sum = 0.0;
-  for (int i = 0; i < count; ++i) sum += partials[i];
+  for (int64_t i = 0; i < count; ++i) sum += partials[i];
   *result = sum;
 }
 
@@ -164,7 +164,7 @@ void LaunchSumSquares(cudaStream_t stream, In x, int64_t n, int blocks, double* 
 }
 
 void LaunchSumInOrder(cudaStream_t stream, const double* values, int64_t count, double* result) {
-  SumInOrderKernel<<<1, 32, 0, stream>>>(values, static_cast<int>(count), result);
+  SumInOrderKernel<<<1, 32, 0, stream>>>(values, count, result);
   CheckLaunch("SumInOrderKernel", stream);
 }
 

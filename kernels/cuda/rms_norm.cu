@@ -41,9 +41,9 @@ __global__ void RmsNormWeightPartialsKernel(In x, const float* rstd, In dy, int6
   if (c >= d) return;
   const int64_t r0 = g * rows_per_group;
   const int64_t r1 = min(rows, r0 + rows_per_group);
-  float acc = 0.0f;
+  double acc = 0.0;  // in double like the CPU: a group can hold 10^4+ rows (QK-norm: T * heads)
   for (int64_t r = r0; r < r1; ++r) acc += Load(dy, r * d + c) * (Load(x, r * d + c) * rstd[r]);
-  partials[g * d + c] = acc;
+  partials[g * d + c] = static_cast<float>(acc);
 }
 
 __global__ void RmsNormBackwardKernel(In x, In w, const float* rstd, In dy, int64_t rows, int64_t d,
