@@ -130,6 +130,13 @@ void JobManager::RunScheduler(size_t refresh_batch) {
     if (entry != nullptr) consider(entry, pass.Waiting(entry->job));
   }
   unexplained_.clear();
+  // Someone is looking at these: their reasons follow every pass, whatever
+  // the length of the queue the walk below goes through.
+  for (const std::string& id : hub_->WatchedJobs()) {
+    if (excluded.contains(id) || pass.reached().contains(id)) continue;
+    PendingIndex::Entry* entry = pending_.Find(id);
+    if (entry != nullptr) consider(entry, pass.Waiting(entry->job));
+  }
   const auto& fifo = pending_.fifo();
   auto it = fifo.lower_bound(reasons_from_);
   for (size_t walked = 0; walked < std::min(refresh_batch, fifo.size()); ++walked) {
@@ -146,10 +153,19 @@ void JobManager::RunScheduler(size_t refresh_batch) {
 void JobManager::WriteReasons(size_t max) {
   if (unwritten_.empty()) return;
   const absl::Time now = absl::Now();
+  // Watched jobs first (their watchers are waiting for the new version),
+  // then any others.
   std::vector<std::string> ids;
+  for (std::string& id : hub_->WatchedJobs()) {
+    if (ids.size() >= max) break;
+    if (unwritten_.contains(id)) ids.push_back(std::move(id));
+  }
+  const size_t watched = ids.size();
   for (const std::string& id : unwritten_) {
     if (ids.size() >= max) break;
-    ids.push_back(id);
+    if (std::find(ids.begin(), ids.begin() + watched, id) == ids.begin() + watched) {
+      ids.push_back(id);
+    }
   }
   std::vector<JobRecord> jobs;
   jobs.reserve(ids.size());

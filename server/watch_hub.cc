@@ -93,6 +93,14 @@ bool WatchHub::watched(const std::string& job_id) const {
   return watchers_.contains(job_id);
 }
 
+std::vector<std::string> WatchHub::WatchedJobs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  ids.reserve(watchers_.size());
+  for (const auto& [id, subscriptions] : watchers_) ids.push_back(id);
+  return ids;
+}
+
 size_t WatchHub::watcher_count() const {
   absl::MutexLock lock(&mu_);
   return count_;

@@ -63,6 +63,8 @@ class WatchHub {
   size_t watcher_count() const;
   // Whether anyone watches `job_id` now.
   bool watched(const std::string& job_id) const;
+  // The jobs someone watches now (at most the coordinator's stream cap).
+  std::vector<std::string> WatchedJobs() const;
 
  private:
   void Unsubscribe(Subscription* subscription);
