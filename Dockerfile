@@ -27,6 +27,7 @@ RUN ldd build/bin/sbp build/bin/sbp-coordinator build/bin/sbp-worker \
  && cat runtime-packages
 
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-${BASE_OS}
+ARG CUDA_VERSION
 COPY --from=build /src/runtime-packages /tmp/runtime-packages
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
@@ -34,6 +35,11 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages \
  && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin streambp \
  && install -d -o 10001 -g 10001 /var/lib/streambp /shared
+# cuBLAS is not among the libraries the binaries link: the CUDA backend loads
+# it when a GPU job starts (kernels/cuda/cublas_library.h), from the CUDA
+# runtime image's own copy; fail the build here rather than the first GPU job.
+RUN ldconfig -p | grep -q "libcublas\.so\.${CUDA_VERSION%%.*} " \
+ || { echo "libcublas.so.${CUDA_VERSION%%.*} is not in the image" >&2; exit 1; }
 COPY --from=build /src/build/bin/sbp /src/build/bin/sbp-coordinator /src/build/bin/sbp-worker \
      /usr/local/bin/
 USER 10001:10001
