@@ -64,6 +64,10 @@ double MsSince(Clock::time_point start, Clock::time_point end = Clock::now()) {
 
 std::unique_ptr<grpc::ClientContext> Context(double seconds = 60) {
   auto context = std::make_unique<grpc::ClientContext>();
+  // A connection that fails to open (100 of them open at once) is retried
+  // until the deadline, as the worker agent retries its calls, instead of
+  // failing the call at once.
+  context->set_wait_for_ready(true);
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
   return context;

@@ -19,6 +19,9 @@ constexpr char kUniqueIdKey[] = "nccl_unique_id";
 
 absl::Status CudaStatus(cudaError_t e, const char* call) {
   if (e == cudaSuccess) return absl::OkStatus();
+  // The status carries the error; left as the thread's last error it would
+  // fail the next kernel launch's check instead.
+  (void)cudaGetLastError();
   return absl::InternalError(absl::StrCat(call, ": ", cudaGetErrorString(e)));
 }
 
@@ -181,6 +184,10 @@ absl::Status NcclCommunicator::Launch(const char* what,
       impl.broken = true;
       return absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(q)));
     }
+    // "Not ready" is recorded as this thread's last CUDA error: clear it, or
+    // the next kernel launch's check (cudaGetLastError) would take it for a
+    // failed launch.
+    (void)cudaGetLastError();
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(impl.comm, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
@@ -235,6 +242,7 @@ absl::Status NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp o
   if (impl.staging_count < count) {
     if (impl.staging != nullptr) cudaFree(impl.staging);
     impl.staging = nullptr;
+    impl.staging_count = 0;  // stays 0 if the allocation fails
     RETURN_IF_ERROR(CudaStatus(cudaMalloc(&impl.staging, count * sizeof(double)), "cudaMalloc"));
     impl.staging_count = count;
   }
