@@ -148,7 +148,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
   return self;
 }
 
-absl::Status NcclCommunicator::Launch(const char* what,
+absl::Status NcclCommunicator::Launch(const char* what, bool after_compute,
                                       const std::function<int(void* stream)>& enqueue) {
   Impl& impl = *impl_;
   const std::string where = absl::StrCat(what, " on rank ", rank(), " of ", world_size());
@@ -157,16 +157,17 @@ absl::Status NcclCommunicator::Launch(const char* what,
         absl::StrCat(where, ": an earlier collective failed; the communicator is unusable"));
   }
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
-  auto compute = static_cast<cudaStream_t>(options_.compute_stream);
-  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.ready, compute), "cudaEventRecord"));
-  RETURN_IF_ERROR(
-      CudaStatus(cudaStreamWaitEvent(impl.stream, impl.ready, 0), "cudaStreamWaitEvent"));
-  const auto deadline = Clock::now() + options_.timeout;
+  if (after_compute) {
+    auto compute = static_cast<cudaStream_t>(options_.compute_stream);
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.ready, compute), "cudaEventRecord"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaStreamWaitEvent(impl.stream, impl.ready, 0), "cudaStreamWaitEvent"));
+  }
   auto r = static_cast<ncclResult_t>(enqueue(impl.stream));
   // On a non-blocking communicator the collective may still be being
   // enqueued: the completion event must be recorded only once it is on the
   // stream, or the event would complete before the collective runs.
-  if (r == ncclInProgress) r = WaitWhileInProgress(impl.comm, deadline);
+  if (r == ncclInProgress) r = WaitWhileInProgress(impl.comm, Clock::now() + options_.timeout);
   if (r == ncclInProgress) {
     impl.broken = true;
     return absl::DeadlineExceededError(
@@ -177,6 +178,9 @@ absl::Status NcclCommunicator::Launch(const char* what,
     return absl::UnavailableError(absl::StrCat(where, ": ", NcclText(r)));
   }
   RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.done, impl.stream), "cudaEventRecord"));
+  // The peers are given the timeout from when this rank's own queued work is
+  // done (the compute the collective waits for may take longer than that).
+  auto deadline = after_compute ? Clock::time_point::max() : Clock::now() + options_.timeout;
   while (true) {
     const cudaError_t q = cudaEventQuery(impl.done);
     if (q == cudaSuccess) break;
@@ -188,6 +192,17 @@ absl::Status NcclCommunicator::Launch(const char* what,
     // the next kernel launch's check (cudaGetLastError) would take it for a
     // failed launch.
     (void)cudaGetLastError();
+    if (deadline == Clock::time_point::max()) {
+      const cudaError_t own = cudaEventQuery(impl.ready);
+      if (own == cudaSuccess) {
+        deadline = Clock::now() + options_.timeout;
+      } else if (own == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+      } else {
+        impl.broken = true;
+        return absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(own)));
+      }
+    }
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(impl.comm, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
@@ -210,7 +225,7 @@ absl::Status NcclCommunicator::ReduceScatterSum(float* data, int64_t chunk, floa
   // accumulation runs on the same stream right after it, so the result never
   // makes a trip through the host or the compute stream.
   float* out = data + static_cast<int64_t>(rank()) * chunk;
-  return Launch("reduce-scatter", [&](void* stream) {
+  return Launch("reduce-scatter", /*after_compute=*/true, [&](void* stream) {
     auto s = static_cast<cudaStream_t>(stream);
     ncclResult_t r = ncclReduceScatter(data, out, static_cast<size_t>(chunk), ncclFloat, ncclSum,
                                        impl_->comm, s);
@@ -230,7 +245,7 @@ absl::Status NcclCommunicator::ReduceScatterSum(float* data, int64_t chunk, floa
 absl::Status NcclCommunicator::AllGather(void* data, int64_t chunk_bytes) {
   if (chunk_bytes == 0) return absl::OkStatus();
   const char* in = static_cast<const char*>(data) + static_cast<int64_t>(rank()) * chunk_bytes;
-  return Launch("all-gather", [&](void* stream) {
+  return Launch("all-gather", /*after_compute=*/true, [&](void* stream) {
     return static_cast<int>(ncclAllGather(in, data, static_cast<size_t>(chunk_bytes), ncclChar,
                                           impl_->comm, static_cast<cudaStream_t>(stream)));
   });
@@ -249,7 +264,8 @@ absl::Status NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp o
   // The upload is ordered on the communicator's stream, before the
   // collective that reads it (the legacy default stream would not order it
   // against a non-blocking stream); the download waits for the stream.
-  RETURN_IF_ERROR(Launch("all-reduce", [&](void* stream) {
+  // Host values: nothing on the compute stream to wait for.
+  RETURN_IF_ERROR(Launch("all-reduce", /*after_compute=*/false, [&](void* stream) {
     auto s = static_cast<cudaStream_t>(stream);
     if (cudaMemcpyAsync(impl.staging, data, count * sizeof(double), cudaMemcpyHostToDevice, s) !=
         cudaSuccess) {
@@ -271,7 +287,7 @@ absl::Status NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));
   }
   if (bytes == 0) return absl::OkStatus();
-  return Launch("broadcast", [&](void* stream) {
+  return Launch("broadcast", /*after_compute=*/true, [&](void* stream) {
     return static_cast<int>(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclChar, root,
                                           impl_->comm, static_cast<cudaStream_t>(stream)));
   });

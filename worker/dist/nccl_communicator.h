@@ -46,10 +46,14 @@ class NcclCommunicator final : public Communicator {
  private:
   struct Impl;
   explicit NcclCommunicator(const NcclOptions& options);
-  // Orders the comm stream after the compute stream, runs `enqueue` (which
-  // queues NCCL work on the given stream and returns an ncclResult_t), then
-  // waits for it within the timeout.
-  absl::Status Launch(const char* what, const std::function<int(void* stream)>& enqueue);
+  // Orders the comm stream after the compute stream when the collective
+  // reads device data that compute produces (`after_compute`), runs `enqueue`
+  // (which queues NCCL work on the given stream and returns an
+  // ncclResult_t), then waits for it within the timeout. The timeout counts
+  // from when this rank's queued compute is done, so that a long queued
+  // forward pass is not taken for a peer that does not answer.
+  absl::Status Launch(const char* what, bool after_compute,
+                      const std::function<int(void* stream)>& enqueue);
 
   NcclOptions options_;
   std::unique_ptr<Impl> impl_;
