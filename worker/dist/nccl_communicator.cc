@@ -178,6 +178,17 @@ absl::Status NcclCommunicator::Launch(const char* what, bool after_compute,
     return absl::UnavailableError(absl::StrCat(where, ": ", NcclText(r)));
   }
   RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.done, impl.stream), "cudaEventRecord"));
+  // A collective that failed or timed out may still be running on the
+  // stream: abort the communicator before returning, so that NCCL stops
+  // touching buffers the caller is about to release or reuse.
+  auto fail = [&](absl::Status status) {
+    impl.broken = true;
+    ncclCommAbort(impl.comm);
+    impl.comm = nullptr;
+    (void)cudaStreamSynchronize(impl.stream);
+    (void)cudaGetLastError();
+    return status;
+  };
   // The peers are given the timeout from when this rank's own queued work is
   // done (the compute the collective waits for may take longer than that).
   auto deadline = after_compute ? Clock::time_point::max() : Clock::now() + options_.timeout;
@@ -185,8 +196,7 @@ absl::Status NcclCommunicator::Launch(const char* what, bool after_compute,
     const cudaError_t q = cudaEventQuery(impl.done);
     if (q == cudaSuccess) break;
     if (q != cudaErrorNotReady) {
-      impl.broken = true;
-      return absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(q)));
+      return fail(absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(q))));
     }
     // "Not ready" is recorded as this thread's last CUDA error: clear it, or
     // the next kernel launch's check (cudaGetLastError) would take it for a
@@ -199,20 +209,18 @@ absl::Status NcclCommunicator::Launch(const char* what, bool after_compute,
       } else if (own == cudaErrorNotReady) {
         (void)cudaGetLastError();
       } else {
-        impl.broken = true;
-        return absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(own)));
+        return fail(absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(own))));
       }
     }
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(impl.comm, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
-      impl.broken = true;
-      return absl::UnavailableError(absl::StrCat(where, ": a peer failed: ", NcclText(async)));
+      return fail(
+          absl::UnavailableError(absl::StrCat(where, ": a peer failed: ", NcclText(async))));
     }
     if (Clock::now() > deadline) {
-      impl.broken = true;
-      return absl::DeadlineExceededError(
-          absl::StrCat(where, ": a peer did not answer within ", options_.timeout.count(), " ms"));
+      return fail(absl::DeadlineExceededError(
+          absl::StrCat(where, ": a peer did not answer within ", options_.timeout.count(), " ms")));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
