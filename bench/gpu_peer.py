@@ -248,8 +248,14 @@ class Peer:
                 loss = self.step(ids)
                 self.sync()
                 seconds = time.perf_counter() - start
-        except torch.cuda.OutOfMemoryError as e:
-            oom = str(e).splitlines()[0][:300]
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
+            # Near the card's capacity cuBLAS or the caching allocator may
+            # fail with a plain RuntimeError instead: that is a result too.
+            text = str(e)
+            if not (isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in text
+                    or "ALLOC_FAILED" in text):
+                raise
+            oom = text.splitlines()[0][:300] if text else "out of memory"
         peak = torch.cuda.max_memory_allocated(self.device) if self.cuda else None
         self.model.zero_grad(set_to_none=True)
         gc.collect()
@@ -311,6 +317,14 @@ class Peer:
         down = lambda t: max(granule, int(t) // granule * granule)
         t = down(first)
         tried = []
+
+        def report(searching):
+            # After every probe: a time limit that ends the search keeps what
+            # it found (the summary takes the last line).
+            emit(dict(self.base, measure="max_seq_len", checkpointing=True, max_seq_len=lo,
+                      upper_bound=hi, probes=list(tried), device_memory_bytes=capacity,
+                      searching=searching))
+
         for _ in range(probes):
             if t <= lo or (hi is not None and t >= hi):
                 break
@@ -320,11 +334,11 @@ class Peer:
                 hi = t
             else:
                 lo = t
+            report(searching=True)
             t = down(lo * 1.05) if hi is None else down((lo + hi) / 2)
             if hi is not None and hi - lo <= granule:
                 break
-        emit(dict(self.base, measure="max_seq_len", checkpointing=True, max_seq_len=lo, upper_bound=hi,
-                  probes=tried, device_memory_bytes=capacity))
+        report(searching=False)
 
 
 def main():

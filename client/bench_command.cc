@@ -37,6 +37,7 @@ struct BenchOptions {
   int64_t chunk_tokens = 0;
   int64_t logits_chunk_tokens = 0;
   int steps = 1;
+  int warmup_steps = 1;  // untimed steps before the timed ones
   uint64_t seed = 1;
   std::string device = "cpu";
   std::string precision = "auto";
@@ -136,7 +137,7 @@ absl::Status RunBench(const BenchOptions& o) {
       // allocator when they start (code, libraries, BLAS thread buffers) is
       // reported apart, so that the rest can be checked against the peak.
       absl::Status status;
-      for (int step = -1; step < o.steps && status.ok(); ++step) {
+      for (int step = -o.warmup_steps; step < o.steps && status.ok(); ++step) {
         if (step == 0) {
           ResetPeakRss();
           allocator.ResetPeak();
@@ -210,6 +211,12 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
   bench->add_option("--logits-chunk-tokens", o->logits_chunk_tokens, "logits rows (0: auto)");
   bench->add_option("--steps", o->steps, "timed steps per mode (best is reported)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench
+      ->add_option("--warmup-steps", o->warmup_steps,
+                   "untimed steps first (0: the timed step is the first, e.g. only to show that a "
+                   "length fits)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   auto* packed = bench
                      ->add_option("--packed-docs", o->packed_docs,
