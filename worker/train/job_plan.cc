@@ -10,6 +10,9 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
   r.chunk_tokens = spec.streambp.chunk_tokens;
   r.logits_chunk_tokens = spec.streambp.logits_chunk_tokens;
   r.precision = spec.train.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+  // The trainer keeps f32 gradients whatever the compute precision
+  // (optimizer_state.cc), and the CUDA embedding backward needs them.
+  r.gradient_precision = DType::kF32;
   r.world_size = spec.resources.world_size;
   switch (spec.objective) {
     case Objective::kSft:

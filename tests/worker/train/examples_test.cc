@@ -125,6 +125,9 @@ TEST(ExampleGpuJobTest, IsABf16StreamJobThatFitsOneGpu) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_LT(plan->peak_bytes, gpu);
   EXPECT_GT(plan->Term("master_weights"), 0);  // bf16 compute, fp32 masters
+  // The trainer's gradients are f32 whatever the compute precision: 4 bytes
+  // a parameter, as many bytes as the fp32 masters.
+  EXPECT_EQ(plan->Term("gradients"), plan->Term("master_weights"));
 }
 
 TEST(ExampleDataTest, SftIsTheReverseTask) {
