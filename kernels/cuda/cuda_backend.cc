@@ -27,8 +27,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaAllocator& 
   SBP_CUBLAS_CHECK((*cublas)->create(&backend->cublas_));
   SBP_CUBLAS_CHECK((*cublas)->set_stream(backend->cublas_, allocator.stream()));
   SBP_CUBLAS_CHECK((*cublas)->set_pointer_mode(backend->cublas_, CUBLAS_POINTER_MODE_HOST));
-  // No TF32: f32 GEMMs stay fp32 so that they match the CPU reference.
-  SBP_CUBLAS_CHECK((*cublas)->set_math_mode(backend->cublas_, CUBLAS_DEFAULT_MATH));
+  // No TF32: f32 GEMMs stay fp32 so that they match the CPU reference; and
+  // no split-K reduction in a bf16 output's precision: every product
+  // accumulates in fp32 (the LM head's dx sums over ~150k vocabulary rows).
+  SBP_CUBLAS_CHECK((*cublas)->set_math_mode(
+      backend->cublas_,
+      static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   if (options.cublas_workspace_bytes > 0) {
     auto workspace = allocator.Allocate(options.cublas_workspace_bytes, "cuBLAS workspace");
     if (!workspace.ok()) return workspace.status();

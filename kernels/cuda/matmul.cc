@@ -15,8 +15,8 @@
 #include <climits>
 #include <cstdint>
 
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cublas_library.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tensor_args.h"
@@ -36,9 +36,13 @@ void CheckWeight(const Tensor& w, Device device, const char* name) {
   CHECK_EQ(w.rank(), 2) << name << " must be [M, K], got " << w.DebugString();
 }
 
+// Rows of a [..., cols] tensor: the product of the leading dims (as on the
+// CPU; with cols = 0 there are still rows, e.g. dx of a K = 0 product).
 int64_t RowCount(const Tensor& t, const char* name) {
   CHECK(t.rank() >= 1) << name << " must have at least one dim, got " << t.DebugString();
-  return t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1);
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.dim(i);
+  return rows;
 }
 
 }  // namespace

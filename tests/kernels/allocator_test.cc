@@ -47,6 +47,20 @@ TEST(CpuAllocator, BudgetReturnsResourceExhaustedWithFigures) {
   EXPECT_TRUE(fits.ok());
 }
 
+TEST(CpuAllocator, ARequestTheSystemRefusesIsNotAPeak) {
+  CpuAllocator alloc;
+  auto held = alloc.Allocate(1 << 20, "weights");
+  ASSERT_TRUE(held.ok());
+  const int64_t before = alloc.peak_bytes();
+  // No budget: the operating system refuses 1 PiB of address space.
+  auto huge = alloc.Allocate(size_t{1} << 50, "huge");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("'huge'"), std::string::npos) << huge.status();
+  EXPECT_EQ(alloc.current_bytes(), before);
+  EXPECT_EQ(alloc.peak_bytes(), before);
+}
+
 TEST(ScopedPeakReset, MeasuresOnePhaseAndRestoresTheOverallPeak) {
   CpuAllocator alloc;
   { auto big = alloc.Allocate(1 << 20, "big"); }
