@@ -112,6 +112,7 @@ absl::Status RunBench(const BenchOptions& o) {
     double attention_saving = TrainingFlops(config, seq_len);
     for (const TokenSequence& s : batch) attention_saving -= PackedTrainingFlops(config, s);
     const double flops = LoraTrainingFlops(config, w, seq_len);
+    RETURN_IF_ERROR(CheckModelRunsOn(config, backend));
     for (const std::string& mode_name : o.modes) {
       ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
       Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});

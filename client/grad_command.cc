@@ -51,6 +51,7 @@ absl::Status RunGrad(const GradOptions& o) {
   }
   std::vector<TokenSequence> batch;
   for (int64_t i = 0; i < data.size(); ++i) batch.push_back(data.SftAt(i));
+  RETURN_IF_ERROR(CheckModelRunsOn(config, backend));
   Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
   ModelTensors w = BindModelTensors(weights);
   ModelTensors g = BindModelTensors(grads);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "kernels/allocator.h"
 #include "kernels/rope_table.h"
 #include "kernels/tensor.h"
@@ -51,6 +52,13 @@ class Backend {
   // The native queue the ops are issued on (a cudaStream_t on CUDA), for
   // work that must be ordered after them (collectives); null on the CPU.
   virtual void* native_stream() const { return nullptr; }
+
+  // Whether this backend's kernels take attention (and RoPE) of this shape;
+  // a status naming the limit when not. Checked before a model runs, so that
+  // a model the device cannot run is an error, not an abort in its first op.
+  virtual absl::Status CheckAttentionShape(int64_t head_dim, int64_t query_heads) const {
+    return absl::OkStatus();
+  }
 
   // ---- embedding -------------------------------------------------------
   // out[t, :] = table[ids[t], :].  table [V, H] f32, ids [T] i32, out [T, H].

@@ -4,10 +4,13 @@
 // (attention.cu) otherwise. The backward computes delta = rowsum(dout * out)
 // into an f32 scratch of the size of lse first. Packed documents travel as
 // device offsets (kernels/documents.h) in the kernels' arguments.
+#include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernel_args.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tensor_args.h"
 #include "kernels/documents.h"
@@ -88,6 +91,24 @@ bool FlashEligible(const cuda::AttentionArgs& a, const Tensor* dout) {
 }
 
 }  // namespace
+
+absl::Status cuda::CheckAttentionShapeLimits(int64_t head_dim, int64_t query_heads) {
+  const int64_t max_head_dim = std::min(cuda::kGenericMaxHeadDim, 2 * cuda::kMaxRopePairs);
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > max_head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim ", head_dim, ": the CUDA attention and RoPE kernels take an even ",
+                     "head_dim of at most ", max_head_dim));
+  }
+  if (query_heads <= 0 || query_heads > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_attention_heads ", query_heads, ": the CUDA attention kernels take at most 65535"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CheckAttentionShape(int64_t head_dim, int64_t query_heads) const {
+  return cuda::CheckAttentionShapeLimits(head_dim, query_heads);
+}
 
 void CudaBackend::AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t q_offset, float scale, Tensor& out, Tensor* lse,

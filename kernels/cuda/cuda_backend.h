@@ -31,6 +31,8 @@
 namespace sbp {
 namespace cuda {
 struct CublasLibrary;  // kernels/cuda/cublas_library.h
+// The attention and RoPE kernels' shape limits (CudaBackend::CheckAttentionShape).
+absl::Status CheckAttentionShapeLimits(int64_t head_dim, int64_t query_heads);
 }  // namespace cuda
 
 struct CudaBackendOptions {
@@ -102,6 +104,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return allocator_.stream(); }
   void* native_stream() const override { return stream(); }
+  absl::Status CheckAttentionShape(int64_t head_dim, int64_t query_heads) const override;
 
  private:
   CudaBackend(CudaAllocator& allocator, CudaBackendOptions options)

@@ -81,6 +81,16 @@ int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens, DeviceK
   return std::max<int64_t>(1, std::min(tokens, rows));
 }
 
+absl::Status CheckModelRunsOn(const ModelConfig& config, const Backend& backend) {
+  absl::Status status = backend.CheckAttentionShape(config.head_dim, config.num_attention_heads);
+  if (!status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("the model cannot run on ", DeviceName(backend.device()), ": ",
+                                     status.message()));
+  }
+  return absl::OkStatus();
+}
+
 Engine::Engine(const ModelConfig& config, Backend& backend, EngineOptions options)
     : config_(config), rope_(config_.rope_table()), backend_(backend), options_(options) {}
 

@@ -79,6 +79,11 @@ int64_t AutoChunkTokens(const ModelConfig& config, int64_t tokens);
 int64_t AutoLogitsChunkTokens(const ModelConfig& config, int64_t tokens, DeviceKind device,
                               int64_t element_bytes);
 
+// Whether `backend` can run `config`'s attention and RoPE (the CUDA kernels
+// have head_dim and head-count limits the CPU's do not): call before making
+// an Engine, so that such a model is an error naming the limit.
+absl::Status CheckModelRunsOn(const ModelConfig& config, const Backend& backend);
+
 class Engine {
  public:
   Engine(const ModelConfig& config, Backend& backend, EngineOptions options);

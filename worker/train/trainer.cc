@@ -251,6 +251,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   ASSIGN_OR_RETURN(ParameterStore weights,
                    CopyStoreToDevice(initial, backend, compute_dtype, "weights"));
   const ModelConfig config = weights.config();
+  RETURN_IF_ERROR(CheckModelRunsOn(config, backend));
   ASSIGN_OR_RETURN(Dataset dataset, Dataset::LoadForJob(spec, options.base_dir, config.vocab_size));
   ASSIGN_OR_RETURN(const EngineOptions engine_options,
                    ChooseEngineOptions(spec, config, allocator.budget_bytes()));
