@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cublas_library.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kernel_args.h"
@@ -24,27 +25,51 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(CudaAllocator& 
   std::unique_ptr<CudaBackend> backend(new CudaBackend(allocator, options));
   backend->cublas_api_ = *cublas;
   backend->Bind();
-  SBP_CUBLAS_CHECK((*cublas)->create(&backend->cublas_));
-  SBP_CUBLAS_CHECK((*cublas)->set_stream(backend->cublas_, allocator.stream()));
-  SBP_CUBLAS_CHECK((*cublas)->set_pointer_mode(backend->cublas_, CUBLAS_POINTER_MODE_HOST));
+  // Failures here (no memory left on the device, a driver that does not fit
+  // cuBLAS) are statuses: the caller reports them; the process goes on.
+  auto blas = [](cublasStatus_t status, const char* call) {
+    return status == CUBLAS_STATUS_SUCCESS
+               ? absl::OkStatus()
+               : absl::InternalError(absl::StrCat(call, " failed: ", cuda::DescribeCublas(status)));
+  };
+  auto rt = [](cudaError_t status, const char* call) {
+    if (status == cudaSuccess) return absl::OkStatus();
+    (void)cudaGetLastError();  // reported here, not at the next launch
+    const bool oom = status == cudaErrorMemoryAllocation;
+    return absl::Status(oom ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kInternal,
+                        absl::StrCat(call, " failed: ", cudaGetErrorName(status), " (",
+                                     cudaGetErrorString(status), ")"));
+  };
+  RETURN_IF_ERROR(blas((*cublas)->create(&backend->cublas_), "cublasCreate"));
+  RETURN_IF_ERROR(
+      blas((*cublas)->set_stream(backend->cublas_, allocator.stream()), "cublasSetStream"));
+  RETURN_IF_ERROR(blas((*cublas)->set_pointer_mode(backend->cublas_, CUBLAS_POINTER_MODE_HOST),
+                       "cublasSetPointerMode"));
   // No TF32: f32 GEMMs stay fp32 so that they match the CPU reference; and
   // no split-K reduction in a bf16 output's precision: every product
   // accumulates in fp32 (the LM head's dx sums over ~150k vocabulary rows).
-  SBP_CUBLAS_CHECK((*cublas)->set_math_mode(
-      backend->cublas_,
-      static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  RETURN_IF_ERROR(blas((*cublas)->set_math_mode(
+                           backend->cublas_, static_cast<cublasMath_t>(
+                                                 CUBLAS_DEFAULT_MATH |
+                                                 CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                       "cublasSetMathMode"));
   if (options.cublas_workspace_bytes > 0) {
     auto workspace = allocator.Allocate(options.cublas_workspace_bytes, "cuBLAS workspace");
     if (!workspace.ok()) return workspace.status();
     backend->workspace_ = *std::move(workspace);
-    SBP_CUBLAS_CHECK((*cublas)->set_workspace(backend->cublas_, backend->workspace_->data(),
-                                              backend->workspace_->bytes()));
+    RETURN_IF_ERROR(blas((*cublas)->set_workspace(backend->cublas_, backend->workspace_->data(),
+                                                  backend->workspace_->bytes()),
+                         "cublasSetWorkspace"));
   }
-  SBP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&backend->error_word_), sizeof(int)));
-  SBP_CUDA_CHECK(cudaMemsetAsync(backend->error_word_, 0, sizeof(int), allocator.stream()));
-  SBP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->error_host_), sizeof(int)));
-  SBP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&backend->scalar_host_), sizeof(double)));
+  RETURN_IF_ERROR(rt(cudaMalloc(reinterpret_cast<void**>(&backend->error_word_), sizeof(int)),
+                     "cudaMalloc (error word)"));
+  RETURN_IF_ERROR(rt(cudaMemsetAsync(backend->error_word_, 0, sizeof(int), allocator.stream()),
+                     "cudaMemsetAsync"));
+  RETURN_IF_ERROR(rt(cudaMallocHost(reinterpret_cast<void**>(&backend->error_host_), sizeof(int)),
+                     "cudaMallocHost"));
+  RETURN_IF_ERROR(
+      rt(cudaMallocHost(reinterpret_cast<void**>(&backend->scalar_host_), sizeof(double)),
+         "cudaMallocHost"));
   backend->SyncAndCheck("creating the CUDA backend");
   return backend;
 }
