@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/cli_common.h"
 #include "client/device_setup.h"
 #include "common/status_macros.h"
@@ -245,6 +246,15 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
       throw CLI::ValidationError("one of --model or --preset is required");
     }
     if (o->modes.empty()) o->modes = {"full", "checkpoint", "stream"};
+    const int64_t docs = std::max(o->packed_docs, o->separate_docs);
+    for (const int64_t seq_len : o->seq_lens) {
+      if (seq_len < docs) {
+        throw CLI::ValidationError(
+            absl::StrCat("--seq-len ", seq_len, " cannot be cut into ", docs, " documents (",
+                         o->packed_docs > 0 ? "--packed-docs" : "--separate-docs",
+                         "): every --seq-len must be at least that"));
+      }
+    }
     const absl::Status s = RunBench(*o);
     *exit_code = s.ok() ? kExitOk : ReportError("bench", s);
   });

@@ -38,6 +38,13 @@ TEST(PackingCliTest, BenchPackedAndSeparateDocumentsGiveTheSameLoss) {
   EXPECT_NEAR(p["loss"].get<double>(), s["loss"].get<double>(), 1e-5 * s["loss"].get<double>());
   const CommandResult both = RunCommand(bench + "--packed-docs 6 --separate-docs 6", dir);
   EXPECT_EQ(both.exit_code, 2) << both.out << both.err;
+  // More documents than tokens: a usage error, not an abort.
+  const CommandResult too_many = RunCommand(
+      absl::StrCat("'", SbpBinary(), "' bench --preset tiny-qwen3 --seq-len 4 --packed-docs 10"),
+      dir);
+  EXPECT_EQ(too_many.exit_code, 2) << too_many.out << too_many.err;
+  EXPECT_NE(too_many.err.find("--seq-len 4 cannot be cut into 10 documents"), std::string::npos)
+      << too_many.err;
 }
 
 TEST(PackingCliTest, PlanCountsPackedDocuments) {

@@ -137,6 +137,24 @@ TEST_F(TrainCliTest, BadInputIsExitCodeTwoWithAClearMessage) {
   }
 }
 
+// The reference runs through an engine made for the policy's config: one of
+// another architecture or shape is refused by name before any step (it used
+// to reach a kernel's shape check and abort the process).
+TEST_F(TrainCliTest, AReferenceModelOfAnotherShapeIsExitCodeTwo) {
+  const CommandResult init =
+      RunCommand(SbpBinary() + " model init --preset tiny-qwen3 --seed 4 --out ref", dir_);
+  ASSERT_EQ(init.exit_code, 0) << init.err;
+  WriteFile(dir_ / "pairs.jsonl",
+            "{\"prompt_ids\": [1, 17, 18], \"chosen_ids\": [19, 3], \"rejected_ids\": [20, 3]}\n"
+            "{\"prompt_ids\": [1, 21, 22], \"chosen_ids\": [23, 3], \"rejected_ids\": [24, 3]}\n");
+  const CommandResult r = Train(
+      "name: dpo-job\nmodel: model\ndata: pairs.jsonl\nobjective: dpo\nseq_len: 32\n"
+      "train: {steps: 1, sequences_per_step: 2, lr: 1.0e-2}\n"
+      "dpo: {beta: 0.1, reference: ref}\n");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("model_type qwen3 (the policy has llama)"), std::string::npos) << r.err;
+}
+
 TEST_F(TrainCliTest, UsageErrorsAreExitCodeTwo) {
   EXPECT_EQ(RunCommand(SbpBinary() + " train", dir_).exit_code, 2);
   EXPECT_EQ(RunCommand(SbpBinary() + " --no-such-flag", dir_).exit_code, 2);

@@ -549,6 +549,12 @@ absl::Status ValidateModelConfig(const ModelConfig& c, absl::string_view source_
   if (c.head_dim % 2 != 0) {
     return error("head_dim", absl::StrCat("must be even for RoPE (got ", c.head_dim, ")"));
   }
+  // q and k/v rows are one BLAS dimension each (int). Both factors are
+  // bounded above, so the products cannot overflow int64.
+  if (c.q_dim() > INT32_MAX) {
+    return error("head_dim", absl::StrCat("times num_attention_heads is ", c.q_dim(),
+                                          ", over the 2^31 - 1 of one matrix dimension"));
+  }
   RETURN_IF_ERROR(ValidateRopeScaling(c.rope_scaling, source_name));
   if (c.qk_norm != (c.architecture == Architecture::kQwen3)) {
     return error("qk_norm", "must be set exactly for Qwen3");

@@ -96,9 +96,10 @@ absl::StatusOr<std::string> ReadPeftBaseModel(const std::string& dir) {
 absl::StatusOr<LoraOptions> ReadPeftAdapterConfig(const std::string& dir) {
   const std::string path = dir + "/" + kConfigFile;
   ASSIGN_OR_RETURN(const Json j, ReadAdapterConfigObject(path));
-  if (j.value("peft_type", std::string()) != "LORA") {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": peft_type must be \"LORA\" (got ",
-                                                   j.value("peft_type", Json()).dump(), ")"));
+  const Json peft_type = j.value("peft_type", Json());
+  if (!peft_type.is_string() || peft_type.get<std::string>() != "LORA") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": peft_type must be \"LORA\" (got ", peft_type.dump(), ")"));
   }
   RETURN_IF_ERROR(ExpectPlain(j, path, "use_dora", false));
   RETURN_IF_ERROR(ExpectPlain(j, path, "bias", "none"));
@@ -122,7 +123,12 @@ absl::StatusOr<LoraOptions> ReadPeftAdapterConfig(const std::string& dir) {
   }
   o.r = r.get<int64_t>();
   o.alpha = alpha.get<double>();
-  o.rslora = j.value("use_rslora", false);
+  const Json rslora = j.value("use_rslora", Json(false));
+  if (!rslora.is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": use_rslora must be true or false (got ", rslora.dump(), ")"));
+  }
+  o.rslora = rslora.get<bool>();
   const Json modules = j.value("target_modules", Json());
   if (!modules.is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(

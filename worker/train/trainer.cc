@@ -6,6 +6,8 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,15 +42,51 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+// The first field in which `reference` differs from the policy's shape (the
+// reference runs through an engine made for the policy's config), or "".
+std::string ShapeDifference(const ModelConfig& reference, const ModelConfig& policy) {
+  auto text = [](auto v) {
+    if constexpr (std::is_same_v<decltype(v), bool>) {
+      return std::string(v ? "true" : "false");
+    } else {
+      return absl::StrCat(v);
+    }
+  };
+  auto differs = [&](const char* field, auto a, auto b) {
+    return a == b ? std::string()
+                  : absl::StrCat(field, " ", text(a), " (the policy has ", text(b), ")");
+  };
+  for (const std::string& d : {
+           differs("model_type", ArchitectureModelType(reference.architecture),
+                   ArchitectureModelType(policy.architecture)),
+           differs("vocab_size", reference.vocab_size, policy.vocab_size),
+           differs("hidden_size", reference.hidden_size, policy.hidden_size),
+           differs("intermediate_size", reference.intermediate_size, policy.intermediate_size),
+           differs("num_hidden_layers", reference.num_hidden_layers, policy.num_hidden_layers),
+           differs("num_attention_heads", reference.num_attention_heads,
+                   policy.num_attention_heads),
+           differs("num_key_value_heads", reference.num_key_value_heads,
+                   policy.num_key_value_heads),
+           differs("head_dim", reference.head_dim, policy.head_dim),
+           differs("attention_bias", reference.attention_bias, policy.attention_bias),
+           differs("qk_norm", reference.qk_norm, policy.qk_norm),
+           differs("tie_word_embeddings", reference.tie_word_embeddings,
+                   policy.tie_word_embeddings),
+       }) {
+    if (!d.empty()) return d;
+  }
+  return "";
+}
+
 absl::StatusOr<ParameterStore> LoadStore(const std::string& dir, const ModelConfig* expected,
                                          Allocator& allocator, const std::string& what) {
   ASSIGN_OR_RETURN(ParameterStore store, ParameterStore::Load(dir, allocator, what));
-  const ModelConfig& config = store.config();
-  if (expected != nullptr &&
-      (config.vocab_size != expected->vocab_size || config.hidden_size != expected->hidden_size ||
-       config.num_hidden_layers != expected->num_hidden_layers)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " model '", dir, "' does not have the policy model's shape"));
+  if (expected != nullptr) {
+    if (const std::string d = ShapeDifference(store.config(), *expected); !d.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " model '", dir, "' has ", d,
+                       ": the reference must have the policy model's architecture and shape"));
+    }
   }
   return store;
 }

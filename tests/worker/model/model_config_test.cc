@@ -374,6 +374,12 @@ TEST(ModelConfig, RejectsBadSizes) {
               HasSubstr("field 'num_hidden_layers' must be positive (got -2)"));
   EXPECT_THAT(ErrorOf(Qwen3With("head_dim", "0")), HasSubstr("'head_dim' must be positive"));
   EXPECT_THAT(ErrorOf(Qwen3With("head_dim", "127")), HasSubstr("'head_dim' must be even"));
+  {
+    // Each within its own bound, but q's rows would not fit one BLAS dimension.
+    nlohmann::json j = nlohmann::json::parse(Qwen3With("num_attention_heads", "4096"));
+    j["head_dim"] = 1048576;
+    EXPECT_THAT(ErrorOf(j.dump()), HasSubstr("'head_dim' times num_attention_heads is 4294967296"));
+  }
   EXPECT_THAT(ErrorOf(Qwen3With("rms_norm_eps", "0")), HasSubstr("'rms_norm_eps' must be"));
   EXPECT_THAT(ErrorOf(Qwen3With("rope_theta", "-1")), HasSubstr("'rope_theta' must be"));
   EXPECT_THAT(ErrorOf(Qwen3With("intermediate_size", "1099511627776")),

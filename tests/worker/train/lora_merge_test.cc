@@ -6,11 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/random.h"
 #include "kernels/tensor_checks.h"
+#include "nlohmann/json.hpp"
 #include "tests/worker/engine/engine_test_util.h"
 #include "tests/worker/train/test_util.h"
 #include "worker/engine/batch.h"
@@ -147,6 +152,20 @@ TEST_F(LoraMergeTest, ErrorsNameTheFile) {
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("nowhere/adapter_config.json"), std::string::npos)
       << missing.status();
+  // Fields of the wrong JSON type are errors naming them (they used to throw).
+  for (const auto& [field, value, expected] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"peft_type", "5", "peft_type must be \"LORA\" (got 5)"},
+           {"use_rslora", "\"no\"", "use_rslora must be true or false (got \"no\")"}}) {
+    fs::create_directories(root_ + "/typed");
+    nlohmann::json config = nlohmann::json::parse(PeftAdapterConfigJson(LoraOptions{}));
+    config[field] = nlohmann::json::parse(value);
+    std::ofstream(root_ + "/typed/adapter_config.json") << config.dump();
+    auto typed = ReadPeftAdapterConfig(root_ + "/typed");
+    ASSERT_FALSE(typed.ok()) << field;
+    EXPECT_EQ(typed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(typed.status().message().find(expected), std::string::npos) << typed.status();
+  }
   // Another model's shapes.
   auto other = InitModelWeights(*PresetConfig("tiny-llama"), 1, allocator_);
   other->config.hidden_size = 32;
