@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "bench/control_plane_scale.h"
+#include "bench/control_plane_util.h"
 #include "common/logging.h"
 #include "server/coordinator.h"
 #include "streambp/v1/jobs.grpc.pb.h"
@@ -48,11 +49,8 @@
 namespace {
 
 namespace v1 = streambp::v1;
-using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point start, Clock::time_point end = Clock::now()) {
-  return std::chrono::duration<double, std::milli>(end - start).count();
-}
+using sbp::bench::Clock;
+using sbp::bench::MsSince;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "sbp-bench-control-plane: %s\n", what.c_str());
@@ -64,18 +62,10 @@ void Check(const grpc::Status& status, const char* what) {
 }
 
 std::unique_ptr<grpc::ClientContext> Context(double seconds = 30) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
-  return context;
+  return sbp::bench::CallContext(seconds, /*wait_for_ready=*/false);
 }
 
-std::string Spec(const std::string& name) {
-  return "name: " + name +
-         "\nmodel: examples/models/tiny-qwen3\ndata: examples/data/tiny-sft.jsonl\n"
-         "objective: sft\nseq_len: 64\ntrain: {steps: 10, sequences_per_step: 8}\n"
-         "resources: {world_size: 1, device: cpu}\n";
-}
+using sbp::bench::BenchJobSpec;
 
 struct Stats {
   int n = 0;
@@ -256,7 +246,7 @@ void BenchSubmitToRunning(const std::filesystem::path& root, int jobs) {
   std::vector<double> to_running, submit_rpc;
   for (int i = 0; i < jobs; ++i) {
     const Clock::time_point start = Clock::now();
-    const v1::Job job = h.Submit(Spec("bench-" + std::to_string(i)));
+    const v1::Job job = h.Submit(BenchJobSpec("bench-" + std::to_string(i)));
     submit_rpc.push_back(MsSince(start));
     auto context = Context();
     v1::WatchJobRequest request;
@@ -307,7 +297,7 @@ void BenchList(const std::filesystem::path& root, int stored, int repeats) {
     submitters.emplace_back([&, t] {
       for (int i = t; i < stored; i += kSubmitters) {
         const Clock::time_point t0 = Clock::now();
-        h.Submit(Spec("stored-" + std::to_string(i)));
+        h.Submit(BenchJobSpec("stored-" + std::to_string(i)));
         latency[i] = MsSince(t0);
       }
     });
@@ -368,7 +358,7 @@ void BenchList(const std::filesystem::path& root, int stored, int repeats) {
 void BenchWatch(const std::filesystem::path& root, int watchers, int changes, int idle_seconds) {
   Harness h(root, "watch");
   const std::string worker_id = h.Register("bench-worker");
-  const v1::Job job = h.Submit(Spec("watched"));
+  const v1::Job job = h.Submit(BenchJobSpec("watched"));
   v1::Assignment a;
   if (!h.GetAssignment(worker_id, 10, &a)) Die("no assignment for the watched job");
   h.Report(worker_id, a, 1);  // RUNNING

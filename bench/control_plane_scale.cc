@@ -43,6 +43,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/control_plane_util.h"
 #include "server/pending_index.h"
 #include "server/scheduling_pass.h"
 #include "server/store.h"
@@ -55,29 +56,11 @@ namespace sbp::bench {
 namespace {
 
 namespace v1 = streambp::v1;
-using Clock = std::chrono::steady_clock;
 using server::testing::ChildProcess;
 
-double MsSince(Clock::time_point start, Clock::time_point end = Clock::now()) {
-  return std::chrono::duration<double, std::milli>(end - start).count();
-}
-
+// 100 connections open at once here: calls wait for theirs, as workers retry.
 std::unique_ptr<grpc::ClientContext> Context(double seconds = 60) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  // A connection that fails to open (100 of them open at once) is retried
-  // until the deadline, as the worker agent retries its calls, instead of
-  // failing the call at once.
-  context->set_wait_for_ready(true);
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
-  return context;
-}
-
-std::string Spec(const std::string& name) {
-  return "name: " + name +
-         "\nmodel: examples/models/tiny-qwen3\ndata: examples/data/tiny-sft.jsonl\n"
-         "objective: sft\nseq_len: 64\ntrain: {steps: 10, sequences_per_step: 8}\n"
-         "resources: {world_size: 1, device: cpu}\n";
+  return CallContext(seconds, /*wait_for_ready=*/true);
 }
 
 // Latencies gathered by several threads.
@@ -191,7 +174,7 @@ double HistogramQuantile(const std::string& text, const std::string& name, doubl
 bool Prefill(const std::string& db, int jobs) {
   auto store = server::Store::Open(db);
   if (!store.ok()) return false;
-  absl::StatusOr<JobSpec> spec = ParseJobSpec(Spec("queued"), "spec");
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(BenchJobSpec("queued"), "spec");
   if (!spec.ok()) return false;
   const std::string json = JobSpecToJson(*spec);
   auto tx = (*store)->Begin();
@@ -201,7 +184,7 @@ bool Prefill(const std::string& db, int jobs) {
     server::JobRecord job;
     job.id = absl::StrCat("queued-", i);
     job.name = "queued";
-    job.spec_yaml = Spec("queued");
+    job.spec_yaml = BenchJobSpec("queued");
     job.spec_json = json;
     job.state = server::JobState::kPending;
     job.reason = "no cpu workers registered";
@@ -412,7 +395,7 @@ int RunControlPlaneScale(const ScaleOptions& options) {
         auto stub = v1::JobService::NewStub(channels[(2 + s) % channels.size()]);
         for (int i = s; i < options.submits; i += kSubmitters) {
           v1::SubmitJobRequest request;
-          request.set_spec_yaml(Spec(absl::StrCat("late-", i)));
+          request.set_spec_yaml(BenchJobSpec(absl::StrCat("late-", i)));
           v1::SubmitJobResponse response;
           const Clock::time_point s0 = Clock::now();
           if (grpc::Status s = stub->Submit(Context().get(), request, &response); !s.ok()) {
