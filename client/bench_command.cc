@@ -93,6 +93,7 @@ absl::Status RunBench(const BenchOptions& o) {
     ASSIGN_OR_RETURN(device_memory, DeviceMemoryBytes(backend.device()));
   }
 
+  RETURN_IF_ERROR(CheckModelRunsOn(config, backend));  // before measuring anything
   ASSIGN_OR_RETURN(const double peak_gflops, PeakGflops(backend));
   ModelTensors w = BindModelTensors(weights);
   if (adapters.has_value()) AttachAdapters(*adapters, w);
@@ -113,7 +114,6 @@ absl::Status RunBench(const BenchOptions& o) {
     double attention_saving = TrainingFlops(config, seq_len);
     for (const TokenSequence& s : batch) attention_saving -= PackedTrainingFlops(config, s);
     const double flops = LoraTrainingFlops(config, w, seq_len);
-    RETURN_IF_ERROR(CheckModelRunsOn(config, backend));
     for (const std::string& mode_name : o.modes) {
       ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
       Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
