@@ -3,23 +3,35 @@
 
   summarize_gpu_bench.py tests DIR [--allow-skips]
       the gpu tests from their `--gtest_output=json:DIR/NAME.json` files (and
-      DIR/NAME.rc, the exit status): a table per binary and one closing line
-      "gpu tests: N passed, N failed, N skipped". Exit status 1 when a test
-      failed, a binary crashed or left no report, no test ran, or (without
-      --allow-skips) a test skipped.
+      DIR/NAME.rc, the exit status, or "notrun" for a binary that had no time
+      left; DIR/NAME.time, "SECONDS LIMIT"): a table per binary, whose result
+      is "passed", "failed" (an assertion, or a crash), "timed out" (stopped
+      at its limit: exit 124, or 137 from the KILL after it) or "not run",
+      and one closing line "gpu tests: N passed, N failed, N skipped[; N
+      binaries timed out][; N binaries not run]". Exit status 1 when a test
+      failed, a binary timed out, crashed, left no report or was not run, no
+      test ran, or (without --allow-skips) a test skipped.
 
   summarize_gpu_bench.py bench FILE [--tests DIR]
       the measurements in FILE (JSON lines, in any order):
         `sbp bench` lines (mode, model, seq_len, step_seconds, peak_bytes,
           gflops, peak_gflops, out_of_memory, ...);
+        `sbp bench --profile-ops` lines ({"profile_op", "calls", "seconds",
+          "share_of_step", "mode", "model", "seq_len", ...});
+        sbp-bench-attention and bench/gpu_attention_peer.py lines ({"op":
+          "attention_forward"|"attention_backward", "impl": "sbp"|"torch_sdpa",
+          "seq_len", "seconds", "tflops", ...});
         bench/gpu_peer.py lines ({"peer": "hf", ...} and the torch matmul peak);
         the run's own: {"planner": {...}} (sbp plan --max-seq-len) and
-          {"step": NAME, "rc": N, "timed_out": bool, ...} for every step.
+          {"step": NAME, "rc": N, "outcome", "timed_out": bool, "seconds",
+          "limit"} for every step.
       Prints the matmul peak, per model and T our three modes beside HF with
       and without checkpointing (step time, tok/s, TFLOP/s, MFU against the
-      highest matmul rate measured in the run, peak memory), the ratios, the
-      longest sequence per run with the ratio stream / HF-checkpoint, and the
-      targets of the GPU check, each met, missed or not run.
+      highest matmul rate measured in the run, peak memory), the ratios, each
+      op's time and share of a profiled step, our attention against PyTorch's
+      SDPA, the longest sequence per run with the ratio stream /
+      HF-checkpoint, and the targets of the GPU check, each met, missed or
+      not run.
 """
 import argparse
 import glob
@@ -47,18 +59,49 @@ def gib(b):
 # ---- tests ----------------------------------------------------------------------
 
 
+def timed_out_rc(rc, seconds=None, limit=None):
+    """Whether exit status `rc` of a step run under `timeout` means it was
+    stopped at its limit (tests/gpu/limits.sh's step_timed_out): 124 (TERM)
+    or 137 (the KILL after it); a 137 well before the limit is another kill
+    (the OOM killer)."""
+    if rc == 124:
+        return True
+    if rc == 137:
+        return seconds is None or limit is None or seconds >= limit - 1
+    return False
+
+
+def read_time(path):
+    """(seconds, limit) from a NAME.time file ("SECONDS LIMIT"), or Nones."""
+    try:
+        parts = open(path).read().split()
+        return int(parts[0]), int(parts[1])
+    except (OSError, ValueError, IndexError):
+        return None, None
+
+
 def summarize_tests(directory, allow_skips, out=sys.stdout):
     """Returns (ok, counts)."""
     totals = {"passed": 0, "failed": 0, "skipped": 0}
+    timed_out_binaries, not_run_binaries = [], []
     problems = []
     rows = []
     rc_files = sorted(glob.glob(os.path.join(directory, "*.rc")))
     for rc_file in rc_files:
         name = os.path.basename(rc_file)[:-3]
         rc = open(rc_file).read().strip()
+        seconds, limit = read_time(os.path.join(directory, name + ".time"))
         report = os.path.join(directory, name + ".json")
         counts = {"passed": 0, "failed": 0, "skipped": 0}
         skipped_names, failed_names = [], []
+        if rc == "notrun":
+            # Not started: no time was left for it before the deadline.
+            not_run_binaries.append(name)
+            problems.append("%s: not run (no time left before the deadline)" % name)
+            rows.append("| %s | not run | | | | | | | no time left before the deadline |" % name)
+            continue
+        rc_int = int(rc) if rc.lstrip("-").isdigit() else None
+        cut = timed_out_rc(rc_int, seconds, limit)
         if os.path.isfile(report):
             try:
                 data = json.load(open(report))
@@ -77,28 +120,46 @@ def summarize_tests(directory, allow_skips, out=sys.stdout):
                         counts["passed"] += 1
             if data is None:
                 problems.append("%s: its JSON report is not readable" % name)
+        elif cut:
+            problems.append("%s: timed out: stopped at its %s s limit (exit %s), no report" % (
+                name, limit if limit is not None else "?", rc))
         else:
-            problems.append("%s: no report (exit %s: crashed or ran out of time)" % (name, rc))
-        if rc != "0" and not failed_names and os.path.isfile(report):
+            problems.append("%s: no report (exit %s: crashed before the end)" % (name, rc))
+        if cut and os.path.isfile(report):
+            problems.append("%s: timed out at its %s s limit after its report (exit %s)" % (
+                name, limit if limit is not None else "?", rc))
+        elif rc != "0" and not failed_names and os.path.isfile(report):
             problems.append("%s: exit %s with no failed test (a crash after the tests?)" % (name, rc))
         for k in totals:
             totals[k] += counts[k]
+        if cut:
+            timed_out_binaries.append(name)
+            result = "timed out"
+        elif failed_names or rc != "0":
+            result = "failed"
+        elif counts["passed"]:
+            result = "passed"
+        else:
+            result = "skipped" if counts["skipped"] else "passed"
         note = ""
         if failed_names:
             note = "failed: " + ", ".join(failed_names[:6]) + (" ..." if len(failed_names) > 6 else "")
+        elif cut:
+            note = "stopped at its time limit (a test hung or the binary needs more than its limit)"
         elif skipped_names:
             note = "skipped: " + ", ".join(skipped_names[:4]) + (" ..." if len(skipped_names) > 4 else "")
-        rows.append("| %s | %s | %d | %d | %d | %s |" % (name, rc, counts["passed"], counts["failed"],
-                                                         counts["skipped"], note))
-    print("| test binary | exit | passed | failed | skipped | |", file=out)
-    print("|---|---|---|---|---|---|", file=out)
+        rows.append("| %s | %s | %s | %s | %s | %d | %d | %d | %s |" % (
+            name, result, rc, "" if seconds is None else seconds, "" if limit is None else limit,
+            counts["passed"], counts["failed"], counts["skipped"], note))
+    print("| test binary | result | exit | s | limit s | passed | failed | skipped | |", file=out)
+    print("|---|---|---|---|---|---|---|---|---|", file=out)
     for r in rows:
         print(r, file=out)
     print(file=out)
     ran = totals["passed"] + totals["failed"]
     if not rc_files:
         problems.append("no gpu test binary ran")
-    elif ran == 0 and not (allow_skips and totals["skipped"]):
+    elif ran == 0 and not timed_out_binaries and not (allow_skips and totals["skipped"]):
         problems.append("no gpu test ran")
     if totals["skipped"] and not allow_skips:
         problems.append("%d test(s) skipped on a machine with a GPU (CUDA not usable?)" % totals["skipped"])
@@ -106,10 +167,16 @@ def summarize_tests(directory, allow_skips, out=sys.stdout):
         print("- " + p, file=out)
     if problems:
         print(file=out)
-    print("gpu tests: %d passed, %d failed, %d skipped" % (totals["passed"], totals["failed"], totals["skipped"]),
-          file=out)
+    extra = ""
+    if timed_out_binaries:
+        extra += "; %d binar%s timed out" % (len(timed_out_binaries), "y" if len(timed_out_binaries) == 1 else "ies")
+    if not_run_binaries:
+        extra += "; %d binar%s not run" % (len(not_run_binaries), "y" if len(not_run_binaries) == 1 else "ies")
+    print("gpu tests: %d passed, %d failed, %d skipped%s" % (totals["passed"], totals["failed"],
+                                                           totals["skipped"], extra), file=out)
     ok = not problems and totals["failed"] == 0
-    return ok, dict(totals, problems=problems, binaries=len(rc_files))
+    return ok, dict(totals, problems=problems, binaries=len(rc_files), timed_out=timed_out_binaries,
+                    not_run=not_run_binaries)
 
 
 # ---- measurements ------------------------------------------------------------------
@@ -129,7 +196,11 @@ def load(path):
 
 class Run:
     def __init__(self, rows):
-        self.ours = [r for r in rows if "mode" in r and "seq_len" in r and "peer" not in r]
+        self.ours = [r for r in rows if "mode" in r and "seq_len" in r and "peer" not in r
+                     and "profile_op" not in r]
+        self.profile = [r for r in rows if "profile_op" in r]
+        self.attention = [r for r in rows if r.get("op") in ("attention_forward", "attention_backward")
+                          and "impl" in r and "seq_len" in r]
         self.hf = [r for r in rows if r.get("peer") == "hf" and "seq_len" in r and not r.get("probe")]
         self.probes = [r for r in rows if r.get("peer") == "hf" and r.get("probe")]
         self.hf_max = [r for r in rows if r.get("peer") == "hf" and r.get("measure") == "max_seq_len"]
@@ -172,6 +243,12 @@ class Run:
                 return r
         return None
 
+    def find_attention(self, op, impl, t):
+        for r in self.attention:
+            if r["op"] == op and r["impl"] == impl and r["seq_len"] == t:
+                return r
+        return None
+
     def mfu(self, tflops):
         return tflops / self.peak if (self.peak and tflops is not None) else None
 
@@ -211,8 +288,9 @@ def print_peak(run):
         print("- torch.matmul (%s, %d^3, PyTorch %s): %s TFLOP/s" % (r.get("dtype"), r.get("n", 0),
                                                                     r.get("torch", "?"), tflops(r["tflops"])))
     print()
-    print("MFU below is model FLOPs (6 per weight per token plus causal attention, no recompute) per "
-          "second over the highest of these, %s TFLOP/s." % tflops(run.peak))
+    print("MFU below is model FLOPs (6 per weight per token plus causal attention, 6 L Hq d T^2, "
+          "no recompute: worker/engine/engine.cc TrainingFlops) per second over the highest of these, "
+          "%s TFLOP/s." % tflops(run.peak))
     print()
 
 
@@ -279,6 +357,71 @@ def print_shapes(run):
             fixed3(ratio(s["peak_bytes"], h.get("max_memory_allocated_bytes"))),
             fixed3(ratio(s["step_seconds"], c.get("step_seconds"))),
             fixed3(ratio(h.get("max_memory_allocated_bytes"), s["peak_bytes"]))))
+    print()
+
+
+def print_profile(run):
+    """Each op's time and share of a step profiled by `sbp bench --profile-ops`
+    (one table per configuration profiled)."""
+    keys = []
+    for r in run.profile:
+        key = (r.get("model"), r.get("mode"), r.get("seq_len"))
+        if key not in keys:
+            keys.append(key)
+    for model, mode, t in keys:
+        rows = [r for r in run.profile if (r.get("model"), r.get("mode"), r.get("seq_len")) == (model, mode, t)]
+        print("### Time per op: ours, %s, %s mode, T = %s (one profiled step)" % (model, mode, fmt_t(t)))
+        print()
+        failed = [r for r in rows if not r.get("profile_op")]
+        if failed:
+            print("The profiled step did not run: %s" % failed[0].get("error", "?")[:200])
+            print()
+            continue
+        step = rows[0].get("profiled_step_seconds")
+        timed = run.find_ours(model, t, mode)
+        print("| op | calls | s | share of step |")
+        print("|---|---|---|---|")
+        ops = sorted((r for r in rows if r["profile_op"] != "(unattributed)"), key=lambda r: -r["seconds"])
+        ops += [r for r in rows if r["profile_op"] == "(unattributed)"]
+        for r in ops:
+            print("| %s | %s | %.4f | %s |" % (r["profile_op"], r.get("calls") or "", r["seconds"],
+                                               pct(r.get("share_of_step"))))
+        print()
+        line = "Profiled step %.3f s" % step if step is not None else "Profiled step ? s"
+        if timed and timed.get("step_seconds"):
+            line += " against %.3f s timed" % timed["step_seconds"]
+        print(line + ": every op waits for the device before and after it (no overlap), so the shares are "
+              "of that slower step; \"(unattributed)\" is the time outside the ops.")
+        print()
+
+
+def print_attention(run):
+    ts = sorted({r["seq_len"] for r in run.attention})
+    if not ts:
+        return
+    print("### Attention alone: ours against PyTorch SDPA (causal, GQA, one sequence)")
+    print()
+    print("| op | T | ours s | ours TFLOP/s | SDPA s | SDPA TFLOP/s | ours / SDPA |")
+    print("|---|---|---|---|---|---|---|")
+    for t in ts:
+        for op in ("attention_forward", "attention_backward"):
+            o = run.find_attention(op, "sbp", t)
+            p = run.find_attention(op, "torch_sdpa", t)
+            if not o and not p:
+                continue
+            print("| %s | %s | %s | %s | %s | %s | %s |" % (
+                op[len("attention_"):], fmt_t(t), "%.4f" % o["seconds"] if o else "not run",
+                tflops(o["tflops"]) if o else "-", "%.4f" % p["seconds"] if p else "not run",
+                tflops(p["tflops"]) if p else "-", fixed3(ratio(o and o["tflops"], p and p["tflops"]))))
+    shape = (run.attention[0].get("heads"), run.attention[0].get("kv_heads"), run.attention[0].get("head_dim"),
+             run.attention[0].get("dtype"))
+    sdpa = [r for r in run.attention if r["impl"] == "torch_sdpa"]
+    print()
+    print("%s query heads on %s KV heads of %s, %s. FLOPs: only the (query, key) pairs on or below the "
+          "diagonal, 4 d per pair per query head forward, 2.5x that backward. SDPA: %s." % (
+              shape[0], shape[1], shape[2], shape[3],
+              "%s backend, GQA %s, PyTorch %s" % (sdpa[0].get("backend"), sdpa[0].get("gqa"), sdpa[0].get("torch"))
+              if sdpa else "not run"))
     print()
 
 
@@ -360,20 +503,47 @@ def target_lines(run, found, tests):
         verdict = "met" if ok else "missed"
         if ok and c["passed"] == 0:
             verdict = "not run"  # a dry run: every test skipped
-        lines.append(("Every gpu test runs and passes", verdict,
-                      "%d passed, %d failed, %d skipped in %d binaries" % (c["passed"], c["failed"], c["skipped"],
-                                                                           c["binaries"])))
+        detail = "%d passed, %d failed, %d skipped in %d binaries" % (c["passed"], c["failed"], c["skipped"],
+                                                                      c["binaries"])
+        if c.get("timed_out"):
+            detail += "; timed out: " + ", ".join(c["timed_out"])
+        if c.get("not_run"):
+            detail += "; not run (no time left): " + ", ".join(c["not_run"])
+        lines.append(("Every gpu test runs and passes", verdict, detail))
     s = run.find_ours(TARGET_MODEL, TARGET_T, "stream")
     h = run.find_hf(TARGET_MODEL, TARGET_T, True)
     s_ok = s is not None and not s.get("out_of_memory")
     h_ok = h is not None and not h.get("oom")
+    mfu_name = "Stream-mode step MFU >= 40%% (%s, T = %s, attention FLOPs counted)" % (TARGET_MODEL, fmt_t(TARGET_T))
     if s_ok and run.peak:
         m = run.mfu(ours_tflops(s))
-        lines.append(("Stream-mode MFU >= 40%% (%s, T = %s)" % (TARGET_MODEL, fmt_t(TARGET_T)), "met" if m >= 0.40 else "missed",
-                      "%.1f%% (%s of %s TFLOP/s)" % (100 * m, tflops(ours_tflops(s)), tflops(run.peak))))
+        detail = "%.1f%% (%s of %s TFLOP/s, the run's highest matmul rate" % (
+            100 * m, tflops(ours_tflops(s)), tflops(run.peak))
+        if s.get("mfu") is not None:
+            detail += "; the bench line's own: %.1f%% of our GEMM's %s" % (
+                100 * s["mfu"], tflops(s["peak_gflops"] / 1e3) if s.get("peak_gflops") else "?")
+        detail += ")"
+        if s.get("attention_flops") and s.get("model_flops"):
+            detail += "; attention is %.0f%% of the %.3g FLOPs counted" % (
+                100 * s["attention_flops"] / s["model_flops"], s["model_flops"])
+        lines.append((mfu_name, "met" if m >= 0.40 else "missed", detail))
     else:
-        lines.append(("Stream-mode MFU >= 40%% (%s, T = %s)" % (TARGET_MODEL, fmt_t(TARGET_T)),
-                      "missed" if s is not None else "not run", "out of memory" if s is not None else ""))
+        lines.append((mfu_name, "missed" if s is not None else "not run", "out of memory" if s is not None else ""))
+    o = run.find_attention("attention_backward", "sbp", TARGET_T)
+    p = run.find_attention("attention_backward", "torch_sdpa", TARGET_T)
+    attention_name = "Our attention backward >= 0.8x PyTorch SDPA (flash) at T = %s, in TFLOP/s" % fmt_t(TARGET_T)
+    if o and p:
+        r = o["tflops"] / p["tflops"]
+        lines.append((attention_name, "met" if r >= 0.8 else "missed",
+                      "%.2fx (%s vs %s TFLOP/s)" % (r, tflops(o["tflops"]), tflops(p["tflops"]))))
+    else:
+        # Ours measured nothing because its step failed or timed out: missed.
+        broken = [st for st in run.steps if st["step"].startswith("attention ours") and "(not run" not in st["step"]
+                  and st.get("rc") not in (0, None)]
+        why = "ours: %s, SDPA: %s" % ("ok" if o else ("timed out" if broken and broken[0].get("timed_out") else
+                                                     "failed, exit %s" % broken[0]["rc"] if broken else "not run"),
+                                     "ok" if p else "not run")
+        lines.append((attention_name, "missed" if (broken and not o) else "not run", why))
     if s_ok and h_ok:
         r = s["step_seconds"] / h["step_seconds"]
         lines.append(("Stream step time <= 1.0x HF-with-checkpointing at T = %s" % fmt_t(TARGET_T), "met" if r <= 1.0 else "missed",
@@ -417,8 +587,11 @@ def print_steps(run):
         if "(not run" in s["step"]:
             print("- %s" % s["step"])
             continue
-        print("- %s: %s after %s s" % (s["step"], "time limit" if s.get("timed_out") else "exit %s" % s["rc"],
-                                       s.get("seconds", "?")))
+        if s.get("timed_out"):
+            how = "timed out: stopped at its %s s limit" % (s["limit"] if s.get("limit") is not None else "?")
+        else:
+            how = "failed: exit %s" % s["rc"]
+        print("- %s: %s after %s s" % (s["step"], how, s.get("seconds", "?")))
     print()
 
 
@@ -431,6 +604,8 @@ def summarize_bench(path, tests_dir=None, allow_skips=False):
             tests = summarize_tests(tests_dir, allow_skips, out=devnull)
     print_peak(run)
     print_shapes(run)
+    print_profile(run)
+    print_attention(run)
     found = max_t(run)
     print_max_t(run, found)
     print_steps(run)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli_common.h"
@@ -16,6 +17,7 @@
 #include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/sgemm_peak.h"
 #include "kernels/matmul_peak.h"
+#include "kernels/profiling_backend.h"
 #include "kernels/random.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/batch.h"
@@ -47,7 +49,53 @@ struct BenchOptions {
   int64_t packed_docs = 0;
   int64_t separate_docs = 0;
   int64_t lora_r = 0;  // > 0: LoRA on every module (frozen base, adapter gradients)
+  // One more step per configuration after the timed ones, through a
+  // ProfilingBackend: each op's calls, time and share of that step. Only the
+  // listed modes and lengths when any are given.
+  bool profile_ops = false;
+  std::vector<std::string> profile_modes;
+  std::vector<int64_t> profile_seq_lens;
 };
+
+bool Profiled(const BenchOptions& o, const std::string& mode, int64_t seq_len) {
+  return o.profile_ops &&
+         (o.profile_modes.empty() || absl::c_linear_search(o.profile_modes, mode)) &&
+         (o.profile_seq_lens.empty() || absl::c_linear_search(o.profile_seq_lens, seq_len));
+}
+
+// One more step, outside the timed figures, through a ProfilingBackend around `backend`
+// (every op synchronised before and after, so that the device's time lands
+// on the op that issued it). Prints one line per op, most time first:
+//   {"profile_op", "calls", "seconds", "share_of_step", "mode", "model", "seq_len",
+//    "profiled_step_seconds"}
+// and a last one, "profile_op": "(unattributed)", for the step's time outside
+// the ops (host work, the synchronisations themselves). The shares are of the
+// profiled step, which is slower than a timed one: no op overlaps another.
+absl::Status ProfileStep(const ModelConfig& config, Backend& backend, const EngineOptions& options,
+                         const ModelTensors& w, const std::vector<TokenSequence>& batch,
+                         ModelTensors& g, const nlohmann::json& context) {
+  ProfilingBackend profiler(backend);
+  Engine engine(config, profiler, options);
+  backend.Synchronize();
+  const auto start = Clock::now();
+  absl::StatusOr<BatchResult> r = SftForwardBackward(engine, w, batch, g);
+  backend.Synchronize();
+  const double step = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!r.ok()) return r.status();
+  auto print = [&](const std::string& name, int64_t calls, double seconds) {
+    nlohmann::json line = context;
+    line.update({{"profile_op", name},
+                 {"calls", calls},
+                 {"seconds", seconds},
+                 {"share_of_step", step > 0 ? seconds / step : 0.0},
+                 {"profiled_step_seconds", step}});
+    std::printf("%s\n", line.dump().c_str());
+  };
+  for (const ProfilingBackend::OpStats& op : profiler.Stats()) print(op.name, op.calls, op.seconds);
+  print("(unattributed)", 0, std::max(0.0, step - profiler.total_seconds()));
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
 
 // The matmul rate the MFU figures are measured against, in this run: plain
 // OpenBLAS sgemm on the CPU, bf16 (or f32) cuBLAS GEMMs of 8192^3 on a GPU.
@@ -90,7 +138,8 @@ absl::Status RunBench(const BenchOptions& o) {
   const int64_t fixed_bytes = allocator.current_bytes();
   int64_t device_memory = 0;
   if (gpu) {
-    ASSIGN_OR_RETURN(device_memory, DeviceMemoryBytes(backend.device()));
+    ASSIGN_OR_RETURN(const DeviceMemoryInfo info, QueryDeviceMemory(backend.device()));
+    device_memory = info.total_bytes;
   }
 
   RETURN_IF_ERROR(CheckModelRunsOn(config, backend));  // before measuring anything
@@ -114,6 +163,11 @@ absl::Status RunBench(const BenchOptions& o) {
     double attention_saving = TrainingFlops(config, seq_len);
     for (const TokenSequence& s : batch) attention_saving -= PackedTrainingFlops(config, s);
     const double flops = LoraTrainingFlops(config, w, seq_len);
+    // The causal attention term of TrainingFlops (6 L Hq d T^2, the rest is
+    // linear in T): reported so that the MFU's count can be checked.
+    const double attention_flops =
+        (TrainingFlops(config, 2 * seq_len) - 2 * TrainingFlops(config, seq_len)) / 2 -
+        attention_saving;
     for (const std::string& mode_name : o.modes) {
       ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
       Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
@@ -176,6 +230,8 @@ absl::Status RunBench(const BenchOptions& o) {
                    {"step_seconds", best},
                    {"tokens_per_second", static_cast<double>(seq_len) / best},
                    {"gflops", gflops},
+                   {"model_flops", flops - attention_saving},
+                   {"attention_flops", attention_flops},
                    {"peak_gflops", peak_gflops},
                    {"mfu", gflops / peak_gflops}});
       if (!gpu) {
@@ -191,6 +247,21 @@ absl::Status RunBench(const BenchOptions& o) {
       }
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
+      // After the line (its peak and times are the timed steps'): one more
+      // step, profiled op by op.
+      if (Profiled(o, mode_name, seq_len)) {
+        const nlohmann::json context = {
+            {"mode", mode_name}, {"model", line["model"]}, {"seq_len", seq_len}};
+        const absl::Status profiled = ProfileStep(
+            config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens}, w, batch, g, context);
+        if (!profiled.ok()) {
+          if (profiled.code() != absl::StatusCode::kResourceExhausted) return profiled;
+          nlohmann::json failed = context;
+          failed.update({{"profile_op", nullptr}, {"error", std::string(profiled.message())}});
+          std::printf("%s\n", failed.dump().c_str());
+          std::fflush(stdout);
+        }
+      }
     }
   }
   return absl::OkStatus();
@@ -241,6 +312,20 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                    "LoRA of this rank on every linear layer: frozen base weights, adapter "
                    "gradients only (FLOPs counted without the frozen weights' gradients)")
       ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  auto* profile = bench->add_flag(
+      "--profile-ops", o->profile_ops,
+      "after the timed steps, one more step with every op timed (synchronised before and after): "
+      "one JSON line per op with its calls, seconds and share of that step");
+  bench
+      ->add_option("--profile-mode", o->profile_modes,
+                   "profile only these modes (repeatable; default every mode run)")
+      ->check(CLI::IsMember({"stream", "checkpoint", "full"}))
+      ->needs(profile);
+  bench
+      ->add_option("--profile-seq-len", o->profile_seq_lens,
+                   "profile only these lengths (repeatable; default every --seq-len)")
+      ->check(CLI::PositiveNumber)
+      ->needs(profile);
   bench->callback([o, exit_code, model, preset] {
     if (model->count() + preset->count() != 1) {
       throw CLI::ValidationError("one of --model or --preset is required");

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/bearer_token.h"
 #include "common/status_macros.h"
 #include "worker/agent/coordinator_channel.h"
 #include "worker/model/file_util.h"
@@ -21,14 +22,15 @@ constexpr milliseconds kCallTimeout{30000};
 
 absl::StatusOr<std::string> ResolveToken(const GlobalOptions& options) {
   if (!options.token_file.empty()) {
-    absl::StatusOr<std::string> text = ReadFileToString(options.token_file);
-    if (!text.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--token-file: ", text.status().message()));
+    absl::StatusOr<std::string> token = ReadBearerTokenFile(options.token_file);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--token-file: ", token.status().message()));
     }
-    return std::string(absl::StripAsciiWhitespace(*text));
+    return token;
   }
   const char* env = std::getenv("SBP_TOKEN");
-  return env == nullptr ? std::string() : std::string(absl::StripAsciiWhitespace(env));
+  if (env == nullptr || absl::StripAsciiWhitespace(env).empty()) return std::string();
+  return ParseBearerToken(env, "$SBP_TOKEN");
 }
 
 }  // namespace

@@ -122,8 +122,9 @@ class LocalWorkers {
       ASSIGN_OR_RETURN(options.device, LocalWorkerDevice(device_name, i));
       options.memory_bytes = host_memory;
       if (!options.device.is_cpu()) {
-        // A GPU worker's capacity is its device's memory.
-        ASSIGN_OR_RETURN(options.memory_bytes, DeviceMemoryBytes(options.device));
+        // A GPU worker's capacity: the device's free memory at start less
+        // the stated reserve (kernels/compute_device.h).
+        ASSIGN_OR_RETURN(options.memory_bytes, DeviceMemoryBudgetBytes(options.device));
       }
       options.work_dir = ".";
       options.compute_threads = threads;

@@ -2,7 +2,33 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
+
 namespace sbp::cli {
+
+std::string TerminalSafe(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const bool c1 = c == 0xc2 && i + 1 < text.size() &&
+                    static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else if (c1) {
+      absl::StrAppendFormat(&out, "\\xc2\\x%02x", static_cast<unsigned char>(text[++i]));
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
+void Table::AddRow(std::vector<std::string> row) {
+  for (std::string& cell : row) cell = TerminalSafe(cell);
+  rows_.push_back(std::move(row));
+}
 
 std::string Table::Render() const {
   std::vector<size_t> widths;

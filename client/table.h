@@ -7,10 +7,17 @@
 
 namespace sbp::cli {
 
+// `text` with every control character (C0, DEL, and C1 encoded in UTF-8)
+// written as \xNN: an escape sequence in a name cannot move the cursor,
+// recolour or retitle the terminal.
+std::string TerminalSafe(const std::string& text);
+
 class Table {
  public:
   explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // Cells are shown as TerminalSafe makes them: text from another party (a
+  // worker's name, a job's reason) never drives the terminal.
+  void AddRow(std::vector<std::string> row);
   // Every row ends with '\n'; the last column is not padded.
   std::string Render() const;
 

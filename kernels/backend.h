@@ -53,6 +53,15 @@ class Backend {
   // work that must be ordered after them (collectives); null on the CPU.
   virtual void* native_stream() const { return nullptr; }
 
+  // The first failure an op could not return, cleared by the call. An op
+  // whose scratch memory cannot be had (the device is full) records
+  // RESOURCE_EXHAUSTED naming it and does nothing, and so does every op after
+  // it until this is called: callers check it where they can abandon the
+  // work (the engine after each layer and at the end of a pass), before they
+  // read any result. Always OK on the CPU, whose ops take no scratch from
+  // the allocator.
+  virtual absl::Status TakeDeferredError() { return absl::OkStatus(); }
+
   // Whether this backend's kernels take attention (and RoPE) of this shape;
   // a status naming the limit when not. Checked before a model runs, so that
   // a model the device cannot run is an error, not an abort in its first op.

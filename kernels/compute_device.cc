@@ -4,6 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/byte_size.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/device_info.h"
 
@@ -76,9 +77,9 @@ absl::StatusOr<ComputeDevice> OpenComputeDevice(absl::string_view name, DType ac
 #endif
 }
 
-absl::StatusOr<int64_t> DeviceMemoryBytes(Device device) {
+absl::StatusOr<DeviceMemoryInfo> QueryDeviceMemory(Device device) {
   if (device.is_cpu()) {
-    return absl::InvalidArgumentError("DeviceMemoryBytes is for CUDA devices");
+    return absl::InvalidArgumentError("QueryDeviceMemory is for CUDA devices");
   }
   if (absl::Status s = NoCudaDevice(device.index); !s.ok()) return s;
 #ifdef SBP_WITH_CUDA
@@ -96,10 +97,23 @@ absl::StatusOr<int64_t> DeviceMemoryBytes(Device device) {
     return absl::FailedPreconditionError(
         absl::StrCat("cudaMemGetInfo on cuda:", device.index, ": ", cudaGetErrorString(status)));
   }
-  return static_cast<int64_t>(total);
+  return DeviceMemoryInfo{static_cast<int64_t>(total), static_cast<int64_t>(free_bytes)};
 #else
   return NoCudaDevice(device.index);
 #endif
+}
+
+absl::StatusOr<int64_t> DeviceMemoryBudgetBytes(Device device) {
+  absl::StatusOr<DeviceMemoryInfo> info = QueryDeviceMemory(device);
+  if (!info.ok()) return info.status();
+  if (info->free_bytes <= kCudaMemoryReserveBytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", device.index, " has ", FormatByteSize(info->free_bytes), " free of ",
+                     FormatByteSize(info->total_bytes), ", not more than the ",
+                     FormatByteSize(kCudaMemoryReserveBytes),
+                     " kept in reserve (other processes hold the rest)"));
+  }
+  return info->free_bytes - kCudaMemoryReserveBytes;
 }
 
 }  // namespace sbp

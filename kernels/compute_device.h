@@ -27,8 +27,23 @@ DType DefaultActivationDType(Device device);
 // exist; InvalidArgument for an activation dtype the backend cannot store.
 absl::StatusOr<ComputeDevice> OpenComputeDevice(absl::string_view name, DType activation_dtype);
 
-// Total memory of a CUDA device (what a worker advertises); FailedPrecondition
+// Memory of a CUDA device, as the driver reports it now; FailedPrecondition
 // as above, InvalidArgument for the CPU.
-absl::StatusOr<int64_t> DeviceMemoryBytes(Device device);
+struct DeviceMemoryInfo {
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;  // after this process's own CUDA context
+};
+absl::StatusOr<DeviceMemoryInfo> QueryDeviceMemory(Device device);
+
+// Kept free on a GPU below what a worker may budget: memory that is taken
+// later and outside the allocator (NCCL's buffers, ~256 MiB a communicator;
+// cuBLAS's internal state) and the memory pool's fragmentation.
+inline constexpr int64_t kCudaMemoryReserveBytes = int64_t{1} << 30;
+
+// What a GPU worker (and `sbp bench`) budgets: the device's free memory at
+// start (not its total: another process or the display may hold some) less
+// kCudaMemoryReserveBytes; FailedPrecondition when less than the reserve is
+// free.
+absl::StatusOr<int64_t> DeviceMemoryBudgetBytes(Device device);
 
 }  // namespace sbp

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -11,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
+#include "common/file_confinement.h"
 #include "server/job_manager.h"
 #include "server/records.h"
 
@@ -25,12 +27,22 @@ struct ConfigSource {
 };
 
 // config.json of the spec's model directory, else a preset of that name.
-ConfigSource FindModelConfig(const std::string& model, const std::string& work_dir) {
+ConfigSource FindModelConfig(const std::string& model, const PathPolicy& paths) {
   ConfigSource out;
   std::string problem;
-  if (std::filesystem::path(model).is_absolute() || !work_dir.empty()) {
+  const std::string area = JobArea(paths);
+  if (std::filesystem::path(model).is_absolute() || !area.empty()) {
     const std::string file =
-        (std::filesystem::path(ResolveJobPath(work_dir, model)) / "config.json").string();
+        (std::filesystem::path(ResolveJobPath(area, model)) / "config.json").string();
+    // Only where the job may read: checked on the path before the open (so a
+    // refusal says nothing of what lies outside), then on the descriptor.
+    if (absl::Status allowed = CheckJobReadPath("model", file, paths); !allowed.ok()) {
+      out.problem = std::string(allowed.message());
+      out.bad_input = std::move(allowed);
+      return out;
+    }
+    std::optional<ScopedFileConfinement> confinement;
+    if (!paths.work_dir.empty()) confinement.emplace(FileConfinement{JobReadRoots(paths), {}});
     absl::StatusOr<ModelConfig> config = LoadModelConfig(file);
     if (config.ok()) {
       out.config = *std::move(config);
@@ -202,10 +214,10 @@ std::vector<std::string> Suggestions(const AdmissionPlan& plan, int64_t memory,
 
 }  // namespace
 
-AdmissionPlan PlanAdmission(const JobSpec& spec, const std::string& work_dir) {
+AdmissionPlan PlanAdmission(const JobSpec& spec, const PathPolicy& paths) {
   AdmissionPlan out;
   out.required_memory_bytes = spec.resources.memory_bytes;
-  const ConfigSource source = FindModelConfig(spec.model, work_dir);
+  const ConfigSource source = FindModelConfig(spec.model, paths);
   out.bad_input = source.bad_input;
   if (!source.config.has_value()) {
     out.note = absl::StrCat("memory not planned: ", source.problem,

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "kernels/dtype.h"
 #include "worker/engine/planner.h"
+#include "worker/train/job_paths.h"
 #include "worker/train/job_plan.h"
 #include "worker/train/job_spec.h"
 
@@ -37,10 +38,13 @@ struct AdmissionPlan {
   absl::Status bad_input;
 };
 
-// Plans `spec`. `work_dir` resolves relative model paths; "" leaves them
-// unresolved (only absolute paths and preset names are planned). Reads files;
-// call without locks held.
-AdmissionPlan PlanAdmission(const JobSpec& spec, const std::string& work_dir);
+// Plans `spec`. Its model path resolves in the owner's area of `paths`
+// (worker/train/job_paths.h; without a work directory only absolute paths and
+// preset names are planned), and config.json is read only where the job
+// itself may read: a link out of the area is refused before anything is
+// opened (the refusal names only the path), and the read is confined on the
+// opened descriptor too. Reads files; call without locks held.
+AdmissionPlan PlanAdmission(const JobSpec& spec, const PathPolicy& paths);
 
 struct WorkerCapacity {
   std::string id;

@@ -26,8 +26,8 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "common/logging.h"
+#include "common/metrics_http_server.h"
 #include "common/status_macros.h"
-#include "prometheus/exposer.h"
 #include "server/auth.h"
 #include "server/identity.h"
 #include "server/job_manager.h"
@@ -74,40 +74,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view 
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// Connects to and hangs up on an IPv4 "host:port"; errors are ignored.
-void Poke(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
-    return;
-  }
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return;
-  connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  close(fd);
-}
-
-// CivetWeb's listener polls in 2 s quanta once it has served a request, so
-// stopping it can take that long; connections wake the poll and let it see
-// the stop at once.
-void StopExposer(std::unique_ptr<prometheus::Exposer> exposer, const std::string& address) {
-  if (exposer == nullptr) return;
-  std::atomic<bool> stopped{false};
-  std::thread waker([&] {
-    while (!stopped.load()) {
-      absl::SleepFor(absl::Milliseconds(20));
-      if (!stopped.load()) Poke(address);
-    }
-  });
-  exposer.reset();
-  stopped = true;
-  waker.join();
 }
 
 }  // namespace
@@ -170,7 +136,7 @@ struct Coordinator::Impl {
   CoordinatorOptions options;
   std::unique_ptr<Store> store;
   std::unique_ptr<Metrics> metrics;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
   std::unique_ptr<WatchHub> hub;
   std::unique_ptr<RendezvousStore> rendezvous;
   std::unique_ptr<JobManager> manager;
@@ -199,18 +165,15 @@ absl::Status Coordinator::Impl::StartMetrics() {
   metrics = std::make_unique<Metrics>();
   if (options.metrics_listen.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(auto host_port, SplitHostPort(options.metrics_listen, "metrics_listen"));
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(options.metrics_listen, 2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", options.metrics_listen, ": ", e.what()));
+  // One poll(2) loop: slow or stalled clients never hold up a scrape.
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+      MetricsHttpServer::Start(options.metrics_listen, metrics->registry());
+  if (!started.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", options.metrics_listen,
+                                               ": ", started.status().message()));
   }
-  exposer->RegisterCollectable(metrics->registry());
-  const std::vector<int> ports = exposer->GetListeningPorts();
-  if (ports.empty()) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", options.metrics_listen));
-  }
-  metrics_address = absl::StrCat(DialableHost(host_port.first), ":", ports.front());
+  metrics_server = *std::move(started);
+  metrics_address = absl::StrCat(DialableHost(host_port.first), ":", metrics_server->port());
   return absl::OkStatus();
 }
 
@@ -286,7 +249,7 @@ void Coordinator::Impl::Shutdown() {
     server->Wait();
   }
   standby_poller.reset();
-  StopExposer(std::move(exposer), metrics_address);
+  metrics_server.reset();
   LOG(INFO) << "coordinator stopped";
 }
 

@@ -3,10 +3,12 @@
 #include <openssl/evp.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
@@ -59,11 +61,17 @@ absl::Status ParseEntry(const YAML::Node& entry, bool worker, absl::string_view 
   }
   Identity identity;
   identity.name = entry["name"] && entry["name"].IsScalar() ? entry["name"].Scalar() : "";
-  if (identity.name.empty() || identity.name.size() > 64 ||
-      identity.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_.") !=
-          std::string::npos) {
+  // A user's name is a directory of the work directory (its area): it must
+  // start with a letter or digit, so that "." and ".." (the work directory
+  // itself, its parent) and names like "-x" are never one.
+  const std::string& name = identity.name;
+  if (name.empty() || name.size() > 64 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_.") != std::string::npos ||
+      !std::isalnum(static_cast<unsigned char>(name.front()))) {
     return Bad(source, where + ".name",
-               "must be 1-64 characters of lower-case letters, digits, '-', '_' and '.'");
+               absl::StrCat("'", absl::CHexEscape(name),
+                            "' is not a name: 1-64 characters of lower-case letters, digits, "
+                            "'-', '_' and '.', starting with a letter or digit"));
   }
   if (worker) {
     identity.role = IdentityRole::kWorker;

@@ -115,6 +115,8 @@ struct Registration {
 
 struct HeartbeatResult {
   bool registered = false;
+  int lease_seconds = 0;  // the lease in force (as in Registration)
+  int heartbeat_seconds = 0;
   std::vector<AttemptKey> stop_attempts;        // attempts it holds that are over
   std::vector<AttemptKey> checkpoint_attempts;  // preempted: checkpoint and stop
 };
@@ -190,7 +192,10 @@ class JobManager {
                                    const std::string& reason);
   absl::StatusOr<std::vector<JobEventRecord>> Events(const Identity& caller, const std::string& id,
                                                      int64_t after_sequence);
-  std::vector<WorkerView> ListWorkers();
+  // Every worker; the job a busy worker runs is named only to the job's
+  // owner and to admins (`job_id` is empty for anyone else: a job id leads
+  // to its run directory).
+  std::vector<WorkerView> ListWorkers(const Identity& caller);
 
   // Workers (worker API).
   absl::StatusOr<Registration> Register(const RegisterRequest& request);
@@ -328,6 +333,9 @@ class JobManager {
   std::vector<WorkerCapacity> LiveWorkerCapacities() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // "<owner>/" with user areas, else "".
   std::string RunArea(const std::string& owner) const;
+  // The lease a worker gets, and the heartbeat interval it is told (a third).
+  int LeaseSeconds() const;
+  int HeartbeatSeconds() const;
   // Jobs of `owner` waiting to be scheduled.
   int64_t PendingJobsOf(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each owner's running workers and worker quota, for the scheduler.

@@ -98,18 +98,17 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const Identity& caller,
   }
   const std::string spec_json = JobSpecToJson(spec);
   // The memory plan reads the model's config.json: outside the lock.
-  RETURN_IF_ERROR(CheckJobPaths(
-      spec, PathPolicy{options_.work_dir, options_.shared_dir, RunArea(caller.name)}));
-  const AdmissionPlan admission = PlanAdmission(spec, options_.work_dir);
+  const PathPolicy paths{options_.work_dir, options_.shared_dir, RunArea(caller.name)};
+  RETURN_IF_ERROR(CheckJobPaths(spec, paths));
+  const AdmissionPlan admission = PlanAdmission(spec, paths);
   RETURN_IF_ERROR(admission.bad_input);
 
   absl::MutexLock lock(&mu_);
   if (!request_id.empty()) {
-    ASSIGN_OR_RETURN(std::optional<JobRecord> existing, store_->FindJobByRequestId(request_id));
-    if (existing && existing->owner != caller.name) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "request_id: \"", request_id, "\" is taken; use a new request_id for a new job"));
-    }
+    // Each owner has its own request ids: another user's ids are neither
+    // visible nor in the way.
+    ASSIGN_OR_RETURN(std::optional<JobRecord> existing,
+                     store_->FindJobByRequestId(caller.name, request_id));
     if (existing) {
       if (existing->spec_json != spec_json) {
         return absl::AlreadyExistsError(
@@ -259,7 +258,7 @@ std::vector<WorkerCapacity> JobManager::LiveWorkerCapacities() const {
   return out;
 }
 
-std::vector<WorkerView> JobManager::ListWorkers() {
+std::vector<WorkerView> JobManager::ListWorkers(const Identity& caller) {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerView> out;
   for (const auto& [id, w] : workers_) {
@@ -268,7 +267,13 @@ std::vector<WorkerView> JobManager::ListWorkers() {
     view.state = w.record.lost                                  ? WorkerState::kLost
                  : w.active.empty() && !w.finishing.has_value() ? WorkerState::kIdle
                                                                 : WorkerState::kBusy;
-    if (!w.active.empty()) view.job_id = w.active.front().job_id;
+    if (!w.active.empty()) {
+      const std::string& job_id = w.active.front().job_id;
+      const auto live = live_.find(job_id);
+      const bool visible =
+          caller.is_admin() || (live != live_.end() && live->second.owner == caller.name);
+      if (visible) view.job_id = job_id;
+    }
     view.memory = w.memory;
     view.last_heartbeat = w.record.lost ? w.record.last_heartbeat : w.last_seen;
     out.push_back(std::move(view));

@@ -16,7 +16,9 @@ namespace sbp::server {
 using manager_internal::InvalidField;
 using manager_internal::kMaxIdLength;
 using manager_internal::kMaxTextLength;
+using manager_internal::kMaxWorkerVersionLength;
 using manager_internal::OutcomeName;
+using manager_internal::PrintableAscii;
 using manager_internal::Scope;
 using manager_internal::ValidId;
 
@@ -77,6 +79,15 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
   if (request.name.size() > kMaxIdLength) {
     return InvalidField("name", absl::StrCat("must be at most ", kMaxIdLength, " characters"));
   }
+  // Shown to every user by `sbp workers`: printable ASCII only, bounded.
+  if (!PrintableAscii(request.name)) {
+    return InvalidField("name", "must be printable ASCII (no control characters)");
+  }
+  if (request.version.size() > kMaxWorkerVersionLength || !PrintableAscii(request.version)) {
+    return InvalidField("version", absl::StrCat("must be at most ", kMaxWorkerVersionLength,
+                                                " characters of printable ASCII (got ",
+                                                request.version.size(), " bytes)"));
+  }
   if (!request.worker_id.empty() && !ValidId(request.worker_id)) {
     return InvalidField("worker_id", "must be an id returned by an earlier Register");
   }
@@ -113,9 +124,14 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
             << ")";
   RunScheduler();
   UpdateGauges();
-  const int lease = static_cast<int>(absl::ToInt64Seconds(options_.lease));
-  return Registration{id, lease, std::max(1, lease / 3)};
+  return Registration{id, LeaseSeconds(), HeartbeatSeconds()};
 }
+
+int JobManager::LeaseSeconds() const {
+  return static_cast<int>(absl::ToInt64Seconds(options_.lease));
+}
+
+int JobManager::HeartbeatSeconds() const { return std::max(1, LeaseSeconds() / 3); }
 
 absl::StatusOr<HeartbeatResult> JobManager::Heartbeat(const std::string& worker_id,
                                                       const std::optional<AttemptKey>& running,
@@ -123,6 +139,8 @@ absl::StatusOr<HeartbeatResult> JobManager::Heartbeat(const std::string& worker_
   if (worker_id.empty()) return InvalidField("worker_id", "is required");
   absl::MutexLock lock(&mu_);
   HeartbeatResult result;
+  result.lease_seconds = LeaseSeconds();
+  result.heartbeat_seconds = HeartbeatSeconds();
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.record.lost) return result;
   WorkerEntry& w = it->second;

@@ -317,12 +317,13 @@ grpc::Status JobServiceImpl::Events(grpc::ServerContext* context,
 grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* context,
                                          const v1::ListWorkersRequest* request,
                                          v1::ListWorkersResponse* response) {
-  return guard_->Run(*context, Role::kClient, kListWorkers, [&]() -> absl::Status {
-    for (const WorkerView& worker : manager_->ListWorkers()) {
-      ToProto(worker, response->add_workers());
-    }
-    return absl::OkStatus();
-  });
+  return guard_->Run(*context, Role::kClient, kListWorkers,
+                     [&](const Identity& caller) -> absl::Status {
+                       for (const WorkerView& worker : manager_->ListWorkers(caller)) {
+                         ToProto(worker, response->add_workers());
+                       }
+                       return absl::OkStatus();
+                     });
 }
 
 grpc::Status JobServiceImpl::WhoAmI(grpc::ServerContext* context, const v1::WhoAmIRequest* request,

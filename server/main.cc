@@ -32,26 +32,22 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "common/bearer_token.h"
 #include "common/byte_size.h"
 #include "common/logging.h"
 #include "server/coordinator.h"
 
 namespace {
 
-// The first line of a token file, whitespace trimmed; false when unreadable or empty.
+// The token of a token file (common/bearer_token.h); false with the reason,
+// which never shows the token.
 bool ReadToken(const std::string& path, std::string* token, std::string* error) {
-  std::ifstream in(path);
-  if (!in) {
-    *error = "cannot read token file " + path;
+  absl::StatusOr<std::string> read = sbp::ReadBearerTokenFile(path);
+  if (!read.ok()) {
+    *error = std::string(read.status().message());
     return false;
   }
-  std::string line;
-  std::getline(in, line);
-  *token = std::string(absl::StripAsciiWhitespace(line));
-  if (token->empty()) {
-    *error = "token file " + path + " is empty";
-    return false;
-  }
+  *token = *std::move(read);
   return true;
 }
 

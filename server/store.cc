@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -115,6 +116,12 @@ ALTER TABLE workers ADD COLUMN identity TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN preempted_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN preempt_deadline_us INTEGER NOT NULL DEFAULT 0;
+)sql",
+    // Request ids are scoped by owner: the column (UNIQUE) holds
+    // "<owner>/<request_id>" (ScopedRequestId), so that one user can neither
+    // tell whether another's id is taken nor squat it.
+    R"sql(
+UPDATE jobs SET request_id = owner || '/' || request_id WHERE request_id IS NOT NULL;
 )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
@@ -223,6 +230,7 @@ absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s, bool with_spec) {
   job.device = ParseDevice(s.ColumnText(c++));
   job.required_memory_bytes = s.ColumnInt(c++);
   job.request_id = s.ColumnText(c++);
+  absl::string_view request_id_scope = job.request_id;
   job.revision = s.ColumnInt(c++);
   ASSIGN_OR_RETURN(job.failure_class, ParseFailureClass(s.ColumnText(c++)));
   job.last_checkpoint = s.ColumnText(c++);
@@ -237,6 +245,10 @@ absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s, bool with_spec) {
   job.finished_at = FromMicros(s.ColumnInt(c++));
   job.active_at = FromMicros(s.ColumnInt(c++));
   job.owner = s.ColumnText(c++);
+  // Stored scoped by owner (ScopedRequestId); the owner's own id is shown.
+  if (absl::ConsumePrefix(&request_id_scope, absl::StrCat(job.owner, "/"))) {
+    job.request_id = std::string(request_id_scope);
+  }
   job.preemptions = static_cast<int>(s.ColumnInt(c++));
   job.preempted_by = s.ColumnText(c++);
   job.preempt_deadline = FromMicros(s.ColumnInt(c++));
@@ -245,6 +257,13 @@ absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s, bool with_spec) {
     job.spec_json = s.ColumnText(c++);
   }
   return job;
+}
+
+// The stored form of a request id: "<owner>/<request_id>" (owners are names
+// without '/', server/identity.h), unique across owners while each owner
+// has the whole namespace of ids.
+std::string ScopedRequestId(absl::string_view owner, absl::string_view request_id) {
+  return absl::StrCat(owner, "/", request_id);
 }
 
 // Binds the columns of `jobs` but seq, from index 1, in kJobColumns order.
@@ -263,7 +282,7 @@ void BindJob(sqlite::Statement& s, const JobRecord& job) {
   if (job.request_id.empty()) {
     s.BindNull(i++);
   } else {
-    s.Bind(i++, job.request_id);
+    s.Bind(i++, ScopedRequestId(job.owner, job.request_id));
   }
   s.Bind(i++, job.revision);
   s.Bind(i++, FailureClassName(job.failure_class));
@@ -519,11 +538,12 @@ absl::StatusOr<JobRecord> Store::GetJob(absl::string_view id) {
   return std::move(*job);
 }
 
-absl::StatusOr<std::optional<JobRecord>> Store::FindJobByRequestId(absl::string_view request_id) {
+absl::StatusOr<std::optional<JobRecord>> Store::FindJobByRequestId(absl::string_view owner,
+                                                                   absl::string_view request_id) {
   static const std::string sql =
       absl::StrCat("SELECT ", kJobColumns, kSpecColumns, kJobsWithSpecs, " WHERE j.request_id = ?");
   ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "looking up a request id"));
-  s->Bind(1, request_id);
+  s->Bind(1, ScopedRequestId(owner, request_id));
   ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, QueryJobs(*s, /*with_spec=*/true));
   if (jobs.empty()) return std::nullopt;
   return std::move(jobs.front());

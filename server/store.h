@@ -26,7 +26,7 @@ namespace sbp::server {
 class Store {
  public:
   // The schema version this build writes.
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   // Opens or creates the database at `path` (and its directory) and migrates
   // it to kSchemaVersion. FailedPrecondition naming the file when another
@@ -52,7 +52,9 @@ class Store {
                                absl::Time updated_at);
   absl::StatusOr<JobRecord> GetJob(absl::string_view id);
   absl::StatusOr<std::optional<JobRecord>> FindJob(absl::string_view id);
-  absl::StatusOr<std::optional<JobRecord>> FindJobByRequestId(absl::string_view request_id);
+  // The job `owner` submitted with `request_id` (each owner has its own ids).
+  absl::StatusOr<std::optional<JobRecord>> FindJobByRequestId(absl::string_view owner,
+                                                              absl::string_view request_id);
   // Newest first: jobs with seq < before_seq (0: no bound) whose state is in
   // `states` (empty: any), at most `limit`. Without `with_spec` the specs
   // are not read (spec_yaml and spec_json stay empty).

@@ -69,6 +69,8 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
             FromProto(request->memory()));
         if (!result.ok()) return result.status();
         response->set_registered(result->registered);
+        response->set_lease_seconds(result->lease_seconds);
+        response->set_heartbeat_seconds(result->heartbeat_seconds);
         for (const AttemptKey& stop : result->stop_attempts) {
           v1::AttemptRef* ref = response->add_stop_attempts();
           ref->set_job_id(stop.job_id);

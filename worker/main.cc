@@ -23,7 +23,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/bearer_token.h"
 #include "common/byte_size.h"
+#include "common/status_macros.h"
 #include "common/version.h"
 #include "kernels/compute_device.h"
 #include "kernels/cpu/blas_info.h"
@@ -100,8 +102,9 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
   if (!device.ok()) return device.status();
   options.device = *device;
   if (flags.memory.empty() && !options.device.is_cpu()) {
-    // A GPU worker advertises the device's memory, which its allocator tracks.
-    auto bytes = DeviceMemoryBytes(options.device);
+    // A GPU worker advertises what its allocator may use: the device's free
+    // memory at start less a stated reserve (kernels/compute_device.h).
+    auto bytes = DeviceMemoryBudgetBytes(options.device);
     if (!bytes.ok()) return bytes.status();
     options.memory_bytes = *bytes;
   } else if (flags.memory.empty()) {
@@ -115,13 +118,14 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
     options.memory_bytes = *bytes;
   }
   if (!flags.token_file.empty()) {
-    auto token = ReadFileToString(flags.token_file);
+    auto token = ReadBearerTokenFile(flags.token_file);
     if (!token.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--token-file: ", token.status().message()));
     }
-    options.token = std::string(absl::StripAsciiWhitespace(*token));
-  } else if (const char* env = std::getenv("SBP_TOKEN"); env != nullptr) {
-    options.token = std::string(absl::StripAsciiWhitespace(env));
+    options.token = *std::move(token);
+  } else if (const char* env = std::getenv("SBP_TOKEN");
+             env != nullptr && !absl::StripAsciiWhitespace(env).empty()) {
+    ASSIGN_OR_RETURN(options.token, ParseBearerToken(env, "$SBP_TOKEN"));
   }
   return options;
 }

@@ -3,8 +3,9 @@
 // kernels in attention.cu (see kernels/backend.h); outputs may be stored as
 // f32 or bf16, lse and delta are f32.
 //
-// Tiles: 64 query rows x 64 key rows per step, 4 warps, each warp owning 16
-// rows; products are WMMA 16x16x16 bf16 fragments with fp32 accumulators.
+// Tiles: 64 query rows x 64 key rows per step (the dk/dv kernel: 64 key rows
+// x 32 query rows), 4 warps, each warp owning 16 rows; products are WMMA
+// 16x16x16 bf16 fragments with fp32 accumulators.
 // Shared-memory rows are padded (8 bf16 / 4 floats) against bank conflicts.
 // The lanes of a warp treat its 16 rows element by element in pairs: lane
 // 2r + h owns row r, columns [h * n/2, (h + 1) * n/2) of an n-wide tile.
@@ -20,6 +21,8 @@
 //   dk/dv kernel (one block per (key tile, KV head), over every query head of
 //     the group and every query tile that sees the keys): S^T = K Q^T,
 //     dP^T = V dO^T, dV += P^T dO, dK += dS^T Q; dk += scale dK, dv += dV.
+//     Its Q/dO tiles (with their lse and delta) are double-buffered: cp.async
+//     loads the next step's tiles while the current step computes.
 // dq, dk and dv elements are each owned by one warp: no atomics, results do
 // not depend on scheduling. Packed documents (AttentionArgs::doc_offsets):
 // row i sees keys [FirstKey(q_offset + i), q_offset + i]; key tiles before a
@@ -87,12 +90,51 @@ __device__ void LoadTile(const bf16* src, int64_t r0, int64_t limit, int64_t hea
   }
 }
 
-// c [16][64] (ld kLds, float) = a rows (16 x D, row-major, ld lda) times the
-// transpose of b rows (64 x D, row-major, ld ldb).
-template <int D>
+// cp.async (sm_80+): a 16-byte (.cg, through L2 only) or 4-byte (.ca) copy
+// from global to shared memory that completes asynchronously. With `valid`
+// false nothing is read (src-size 0) and the destination is zero-filled; src
+// must then still be a valid global address. A thread's copies are grouped by
+// CpAsyncCommit; CpAsyncWaitAll waits for all of this thread's groups, and
+// only a __syncthreads() after it makes every thread's copies visible.
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// LoadTile with cp.async into a [Rows][D + 8] tile: rows at or beyond `limit`
+// are zero-filled without being read.
+template <int D, int Rows>
+__device__ void LoadTileAsync(const bf16* src, int64_t r0, int64_t limit, int64_t heads,
+                              int64_t head, bf16* dst) {
+  constexpr int kPerRow = D / 8;
+  for (int idx = threadIdx.x; idx < Rows * kPerRow; idx += blockDim.x) {
+    const int r = idx / kPerRow, c = (idx % kPerRow) * 8;
+    const int64_t row = r0 + r;
+    const bool valid = row < limit;
+    CpAsync16(dst + r * Dims<D>::kLdh + c, valid ? src + (row * heads + head) * D + c : src, valid);
+  }
+}
+
+// c [16][N] (ld Ldc, float) = a rows (16 x D, row-major, ld lda) times the
+// transpose of b rows (N x D, row-major, ld ldb).
+template <int D, int N = kTileRows, int Ldc = kLds>
 __device__ void RowsTimesRowsT(const bf16* a, int lda, const bf16* b, int ldb, float* c) {
 #pragma unroll
-  for (int n = 0; n < kTileRows / 16; ++n) {
+  for (int n = 0; n < N / 16; ++n) {
     FragC acc;
     fill_fragment(acc, 0.0f);
 #pragma unroll
@@ -103,20 +145,20 @@ __device__ void RowsTimesRowsT(const bf16* a, int lda, const bf16* b, int ldb, f
       load_matrix_sync(fb, b + n * 16 * ldb + kk * 16, ldb);
       mma_sync(acc, fa, fb, acc);
     }
-    store_matrix_sync(c + n * 16, acc, kLds, mem_row_major);
+    store_matrix_sync(c + n * 16, acc, Ldc, mem_row_major);
   }
 }
 
-// acc[n] += p (16 x 64 bf16, ld kLdp) times rows (64 x D bf16, ld ldr).
-template <int D>
+// acc[n] += p (16 x K bf16, ld Ldp) times rows (K x D bf16, ld ldr).
+template <int D, int K = kTileRows, int Ldp = kLdp>
 __device__ void AccumulatePTimesRows(const bf16* p, const bf16* rows, int ldr, FragC* acc) {
-  FragA fp[kTileRows / 16];
+  FragA fp[K / 16];
 #pragma unroll
-  for (int kk = 0; kk < kTileRows / 16; ++kk) load_matrix_sync(fp[kk], p + kk * 16, kLdp);
+  for (int kk = 0; kk < K / 16; ++kk) load_matrix_sync(fp[kk], p + kk * 16, Ldp);
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) {
 #pragma unroll
-    for (int kk = 0; kk < kTileRows / 16; ++kk) {
+    for (int kk = 0; kk < K / 16; ++kk) {
       FragBRow fb;
       load_matrix_sync(fb, rows + kk * 16 * ldr + n * 16, ldr);
       mma_sync(acc[n], fp[kk], fb, acc[n]);
@@ -294,37 +336,77 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-template <int D>
-constexpr size_t DkvSharedBytes() {
-  return sizeof(bf16) * 4 * Dims<D>::kTileElems + sizeof(float) * 2 * kTileRows +
-         kWarps * (sizeof(float) * Dims<D>::kWarpFloats + sizeof(bf16) * 2 * 16 * kLdp);
-}
+// dk/dv kernel: 64 key rows per block (16 per warp), 32 query rows per step.
+constexpr int kDkvRows = 32;             // query rows per dk/dv step
+constexpr int kLdsQ = kDkvRows + kPadF;  // row stride of a per-warp [16][32] float tile
+constexpr int kLdpQ = kDkvRows + kPadH;  // row stride of a per-warp [16][32] bf16 tile
 
 template <int D>
-__global__ void __launch_bounds__(kBlockThreads)
+struct DkvDims {
+  static constexpr int kQTileElems = kDkvRows * Dims<D>::kLdh;  // a [32][D + 8] bf16 Q or dO tile
+  // The epilogue stages each warp's [16][D + 4] f32 dk/dv tile over the Q/dO
+  // buffers.
+  static_assert(kWarps * 16 * Dims<D>::kLdo * sizeof(float) <= 4 * kQTileElems * sizeof(bf16),
+                "the dk/dv staging fits over the Q/dO buffers");
+  // Minimum blocks per SM asked of ptxas. For D = 128, 128 threads of at most
+  // 255 registers already allow 2 blocks (2 x 128 x 256 = 65,536 registers);
+  // asking for 2 only changed ptxas's choices (CUDA 13: 8 bytes of spills on
+  // sm_80, none without). For D = 64, 3 blocks (at most 168 registers) match
+  // what shared memory allows on sm_90.
+  static constexpr int kMinBlocks = D == 64 ? 3 : 1;
+};
+
+// Shared memory of the dk/dv kernel, bytes per block (D = 128 | D = 64):
+//   K, V        2 x [64][D + 8] bf16                 34,816 | 18,432
+//   Q, dO       2 buffers x 2 x [32][D + 8] bf16     34,816 | 18,432
+//   S^T, dP^T   4 warps x 2 x [16][36] f32           18,432 | 18,432
+//   P^T, dS^T   4 warps x 2 x [16][40] bf16          10,240 | 10,240
+//   lse, delta  2 buffers x 2 x [32] f32                512 |    512
+//   total                                            98,816 | 66,048
+// With the 1 KiB the driver reserves per block, an sm_90 SM (228 KiB) holds
+// 2 blocks of D = 128 (2 x 99,840 <= 233,472; still 2 if the 1 KiB of static
+// shared memory that cuobjdump lists for sm_90 kernels counts on top) and 3
+// of D = 64. Before (64 query rows per step, one Q/dO buffer, per warp
+// [16][68] f32 S^T and dP^T tiles also holding the [16][D + 4] dk/dv staging,
+// and [16][72] bf16 P^T, dS^T) it was 123,392 | 90,624 bytes: 1 block of
+// D = 128 per SM. Now the epilogue stages each warp's [16][D + 4] f32 dk/dv
+// tile over the Q/dO buffers, which are free by then.
+template <int D>
+constexpr size_t DkvSharedBytes() {
+  constexpr size_t kTiles = 2 * Dims<D>::kTileElems + 4 * DkvDims<D>::kQTileElems;
+  constexpr size_t kPerWarp = sizeof(float) * 2 * 16 * kLdsQ + sizeof(bf16) * 2 * 16 * kLdpQ;
+  return sizeof(bf16) * kTiles + kWarps * kPerWarp + sizeof(float) * 2 * 2 * kDkvRows;
+}
+static_assert(2 * (DkvSharedBytes<128>() + 2 * 1024) <= 233472, "2 dk/dv blocks per sm_90 SM");
+
+// Numerics: as before, P and dS are computed in f32 from f32 S^T and dP^T and
+// rounded to bf16 for the MMAs; the MMAs accumulate dK and dV in the same
+// order of 16-query slices, so results are unchanged by the 32-row steps.
+template <int D>
+__global__ void __launch_bounds__(kBlockThreads, DkvDims<D>::kMinBlocks)
     FlashDkvKernel(AttentionArgs a, const bf16* dout, const float* lse, const float* delta, Out dk,
                    Out dv) {
   using Dm = Dims<D>;
+  constexpr int kQTile = DkvDims<D>::kQTileElems;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* s_k = reinterpret_cast<bf16*>(smem);
   bf16* s_v = s_k + Dm::kTileElems;
-  bf16* s_q = s_v + Dm::kTileElems;
-  bf16* s_do = s_q + Dm::kTileElems;
-  float* s_f = reinterpret_cast<float*>(s_do + Dm::kTileElems);            // [warps][kWarpFloats]
-  bf16* s_b = reinterpret_cast<bf16*>(s_f + kWarps * Dm::kWarpFloats);     // [warps][2][16][kLdp]
-  float* s_lse2 = reinterpret_cast<float*>(s_b + kWarps * 2 * 16 * kLdp);  // [64]
-  float* s_delta = s_lse2 + kTileRows;                                     // [64]
+  bf16* s_qdo = s_v + Dm::kTileElems;                                     // [2][Q, dO][32][kLdh]
+  float* s_st = reinterpret_cast<float*>(s_qdo + 4 * kQTile);             // [warps][16][kLdsQ]
+  float* s_dpt = s_st + kWarps * 16 * kLdsQ;                              // [warps][16][kLdsQ]
+  bf16* s_pt = reinterpret_cast<bf16*>(s_dpt + kWarps * 16 * kLdsQ);      // [warps][16][kLdpQ]
+  bf16* s_dst = s_pt + kWarps * 16 * kLdpQ;                               // [warps][16][kLdpQ]
+  float* s_rows = reinterpret_cast<float*>(s_dst + kWarps * 16 * kLdpQ);  // [2][lse, delta][32]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* s_st_w = s_f + warp * Dm::kWarpFloats;  // S^T, then the dk / dv tile
-  float* s_dpt_w = s_st_w + 16 * kLds;
-  bf16* s_pt_w = s_b + warp * 2 * 16 * kLdp;
-  bf16* s_dst_w = s_pt_w + 16 * kLdp;
+  float* s_st_w = s_st + warp * 16 * kLdsQ;
+  float* s_dpt_w = s_dpt + warp * 16 * kLdsQ;
+  bf16* s_pt_w = s_pt + warp * 16 * kLdpQ;
+  bf16* s_dst_w = s_dst + warp * 16 * kLdpQ;
 
   const int64_t hk = blockIdx.y, group = a.hq / a.hkv;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
   const int64_t key_limit = min(a.tk, a.q_offset + a.tq);
-  LoadTile<D>(static_cast<const bf16*>(a.k), j0, key_limit, a.hkv, hk, s_k);
-  LoadTile<D>(static_cast<const bf16*>(a.v), j0, key_limit, a.hkv, hk, s_v);
+  const bf16* q = static_cast<const bf16*>(a.q);
 
   const int r = lane >> 1, half = lane & 1;
   const int64_t j = j0 + warp * 16 + r;
@@ -341,63 +423,94 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int64_t j_last = min(j0 + kTileRows, key_limit) - 1;
   const int64_t i_end = min(a.tq, KeyDocumentEnd(a, j_last, key_limit) - a.q_offset);
   const int64_t j_doc_end = j < key_limit ? KeyDocumentEnd(a, j, key_limit) : 0;
-  for (int64_t g = 0; g < group; ++g) {
-    const int64_t h = hk * group + g;
-    for (int64_t i0 = i_begin; i0 < i_end; i0 += kTileRows) {
-      __syncthreads();  // the previous Q/dO tile is consumed (and K/V are loaded)
-      LoadTile<D>(static_cast<const bf16*>(a.q), i0, a.tq, a.hq, h, s_q);
-      LoadTile<D>(dout, i0, a.tq, a.hq, h, s_do);
-      if (threadIdx.x < kTileRows) {
-        const int64_t row = i0 + threadIdx.x;
-        s_lse2[threadIdx.x] = row < a.tq ? lse[row * a.hq + h] * kLog2e : 0.0f;
-        s_delta[threadIdx.x] = row < a.tq ? delta[row * a.hq + h] : 0.0f;
-      }
-      __syncthreads();
-      RowsTimesRowsT<D>(s_k + warp * 16 * Dm::kLdh, Dm::kLdh, s_q, Dm::kLdh, s_st_w);
-      RowsTimesRowsT<D>(s_v + warp * 16 * Dm::kLdh, Dm::kLdh, s_do, Dm::kLdh, s_dpt_w);
-      __syncwarp();
-      const int c0 = half * 32;
-      for (int c = 0; c < 32; ++c) {
-        const int col = c0 + c;
-        const int64_t qi = i0 + col;
-        float p = 0.0f, ds = 0.0f;
-        if (j < key_limit && qi < a.tq && j <= a.q_offset + qi && a.q_offset + qi < j_doc_end) {
-          p = exp2f(s_st_w[r * kLds + col] * scale2 - s_lse2[col]);
-          ds = p * (s_dpt_w[r * kLds + col] - s_delta[col]);
-        }
-        s_pt_w[r * kLdp + col] = __float2bfloat16_rn(p);
-        s_dst_w[r * kLdp + col] = __float2bfloat16_rn(ds);
-      }
-      __syncwarp();
-      AccumulatePTimesRows<D>(s_pt_w, s_do, Dm::kLdh, acc_v);
-      AccumulatePTimesRows<D>(s_dst_w, s_q, Dm::kLdh, acc_k);
-      __syncwarp();
+  // Step t = g * q_steps + s covers query head hk * group + g, rows
+  // [i_begin + 32 s, i_begin + 32 (s + 1)), from buffer t % 2.
+  const int64_t q_steps = i_end > i_begin ? (i_end - i_begin + kDkvRows - 1) / kDkvRows : 0;
+  const int64_t steps = group * q_steps;
+  // Starts (and commits as one group) the copies of step t's Q, dO, lse and
+  // delta into buffer t % 2; rows at or past tq are zero.
+  auto prefetch = [&](int64_t t) {
+    const int64_t h = hk * group + t / q_steps;
+    const int64_t i0 = i_begin + (t % q_steps) * kDkvRows;
+    bf16* s_q_t = s_qdo + (t & 1) * 2 * kQTile;
+    LoadTileAsync<D, kDkvRows>(q, i0, a.tq, a.hq, h, s_q_t);
+    LoadTileAsync<D, kDkvRows>(dout, i0, a.tq, a.hq, h, s_q_t + kQTile);
+    if (threadIdx.x < kDkvRows) {
+      const int64_t row = i0 + threadIdx.x;
+      const bool valid = row < a.tq;
+      const int64_t at = valid ? row * a.hq + h : 0;
+      float* s_rows_t = s_rows + (t & 1) * 2 * kDkvRows;
+      CpAsync4(s_rows_t + threadIdx.x, lse + at, valid);
+      CpAsync4(s_rows_t + kDkvRows + threadIdx.x, delta + at, valid);
     }
+    CpAsyncCommit();
+  };
+  if (steps > 0) prefetch(0);
+  // K and V stay for the whole block; these loads overlap step 0's copies.
+  LoadTile<D>(static_cast<const bf16*>(a.k), j0, key_limit, a.hkv, hk, s_k);
+  LoadTile<D>(static_cast<const bf16*>(a.v), j0, key_limit, a.hkv, hk, s_v);
+  for (int64_t t = 0; t < steps; ++t) {
+    CpAsyncWaitAll();  // this thread's copies for step t have landed
+    // Now every thread's copies (and K, V) are visible, and every warp is
+    // done with step t - 1, the last reader of buffer (t + 1) % 2.
+    __syncthreads();
+    if (t + 1 < steps) prefetch(t + 1);  // runs while step t computes
+    const int64_t i0 = i_begin + (t % q_steps) * kDkvRows;
+    const bf16* s_q_t = s_qdo + (t & 1) * 2 * kQTile;
+    const bf16* s_do_t = s_q_t + kQTile;
+    const float* s_lse_t = s_rows + (t & 1) * 2 * kDkvRows;
+    const float* s_delta_t = s_lse_t + kDkvRows;
+    RowsTimesRowsT<D, kDkvRows, kLdsQ>(s_k + warp * 16 * Dm::kLdh, Dm::kLdh, s_q_t, Dm::kLdh,
+                                       s_st_w);
+    RowsTimesRowsT<D, kDkvRows, kLdsQ>(s_v + warp * 16 * Dm::kLdh, Dm::kLdh, s_do_t, Dm::kLdh,
+                                       s_dpt_w);
+    __syncwarp();
+    const int c0 = half * (kDkvRows / 2);
+    for (int c = 0; c < kDkvRows / 2; ++c) {
+      const int col = c0 + c;
+      const int64_t qi = i0 + col;
+      float p = 0.0f, ds = 0.0f;
+      if (j < key_limit && qi < a.tq && j <= a.q_offset + qi && a.q_offset + qi < j_doc_end) {
+        // lse * log2(e) rounded on its own (never fused), as when it was
+        // stored scaled.
+        p = exp2f(s_st_w[r * kLdsQ + col] * scale2 - __fmul_rn(s_lse_t[col], kLog2e));
+        ds = p * (s_dpt_w[r * kLdsQ + col] - s_delta_t[col]);
+      }
+      s_pt_w[r * kLdpQ + col] = __float2bfloat16_rn(p);
+      s_dst_w[r * kLdpQ + col] = __float2bfloat16_rn(ds);
+    }
+    __syncwarp();
+    AccumulatePTimesRows<D, kDkvRows, kLdpQ>(s_pt_w, s_do_t, Dm::kLdh, acc_v);
+    AccumulatePTimesRows<D, kDkvRows, kLdpQ>(s_dst_w, s_q_t, Dm::kLdh, acc_k);
+    __syncwarp();
   }
-  __syncwarp();
+  // Every warp is done with the Q/dO buffers and no copy is in flight (the
+  // last step waited for its own and started none): they hold the staging.
+  __syncthreads();
+  float* s_out_w = reinterpret_cast<float*>(s_qdo) + warp * 16 * Dm::kLdo;
   const bool owned = j < key_limit;
-  // dk += scale dK, then dv += dV, each through the warp's float scratch.
+  // dk += scale dK, then dv += dV, each through the warp's float staging.
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) {
-    store_matrix_sync(s_st_w + n * 16, acc_k[n], Dm::kLdo, mem_row_major);
+    store_matrix_sync(s_out_w + n * 16, acc_k[n], Dm::kLdo, mem_row_major);
   }
   __syncwarp();
   if (owned) {
     for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) {
       const int64_t idx = (j * a.hkv + hk) * D + c;
-      Store(dk, idx, Load(dk, idx) + a.scale * s_st_w[r * Dm::kLdo + c]);
+      Store(dk, idx, Load(dk, idx) + a.scale * s_out_w[r * Dm::kLdo + c]);
     }
   }
   __syncwarp();
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) {
-    store_matrix_sync(s_st_w + n * 16, acc_v[n], Dm::kLdo, mem_row_major);
+    store_matrix_sync(s_out_w + n * 16, acc_v[n], Dm::kLdo, mem_row_major);
   }
   __syncwarp();
   if (owned) {
     for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) {
       const int64_t idx = (j * a.hkv + hk) * D + c;
-      Store(dv, idx, Load(dv, idx) + s_st_w[r * Dm::kLdo + c]);
+      Store(dv, idx, Load(dv, idx) + s_out_w[r * Dm::kLdo + c]);
     }
   }
 }
@@ -451,7 +564,25 @@ bool Backward(cudaStream_t stream, const AttentionArgs& a, const bf16* dout, con
   return true;
 }
 
+// Blocks of FlashDkvKernel<D> per SM at its launch configuration; 0 when its
+// shared memory does not fit the device.
+template <int D>
+int DkvBlocksPerSm() {
+  constexpr size_t bytes = DkvSharedBytes<D>();
+  if (!PrepareSharedBytes(FlashDkvKernel<D>, bytes)) return 0;
+  int blocks = 0;
+  SBP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, FlashDkvKernel<D>,
+                                                               kBlockThreads, bytes));
+  return blocks;
+}
+
 }  // namespace
+
+int FlashBackwardDkDvBlocksPerSm(int head_dim) {
+  if (head_dim == 64) return DkvBlocksPerSm<64>();
+  if (head_dim == 128) return DkvBlocksPerSm<128>();
+  return 0;
+}
 
 bool LaunchAttentionForwardFlash(cudaStream_t stream, const AttentionArgs& a, Out out, float* lse) {
   if (a.tq == 0 || a.hq == 0) return true;

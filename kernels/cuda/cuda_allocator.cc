@@ -18,15 +18,45 @@ absl::StatusOr<std::unique_ptr<CudaAllocator>> CudaAllocator::Create(int index) 
     return absl::FailedPreconditionError(
         absl::StrCat("no CUDA device ", index, " (", count, " visible)"));
   }
-  SBP_CUDA_CHECK(cudaSetDevice(index));
+  // Set-up failures are statuses naming the call: the caller reports them
+  // and the process goes on (a worker keeps serving its other duties).
+  auto failed = [index](cudaError_t status, const char* call) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat("cuda:", index, ": ", call,
+                                                      " failed: ", cudaGetErrorName(status), " (",
+                                                      cudaGetErrorString(status), ")"));
+  };
+  if (cudaError_t e = cudaSetDevice(index); e != cudaSuccess) return failed(e, "cudaSetDevice");
+  // Allocations are stream-ordered from the device's memory pool; a device
+  // or driver without pools (some virtualised or MIG set-ups, old drivers)
+  // cannot run the engine's allocator.
+  int pools_supported = 0;
+  if (cudaError_t e =
+          cudaDeviceGetAttribute(&pools_supported, cudaDevAttrMemoryPoolsSupported, index);
+      e != cudaSuccess) {
+    return failed(e, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
+  }
+  if (pools_supported == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda:", index, " does not support stream-ordered memory pools ",
+        "(cudaDevAttrMemoryPoolsSupported is 0), which the allocator needs; use a driver "
+        "and device set-up with memory pools (CUDA 11.2 or newer, not vGPU without them)"));
+  }
   cudaMemPool_t pool;
-  SBP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
+  if (cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, index); e != cudaSuccess) {
+    return failed(e, "cudaDeviceGetDefaultMemPool");
+  }
   // Keep freed blocks cached in the pool instead of returning them to the
   // driver at every synchronisation.
   uint64_t threshold = UINT64_MAX;
-  SBP_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  if (cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+      e != cudaSuccess) {
+    return failed(e, "cudaMemPoolSetAttribute");
+  }
   cudaStream_t stream;
-  SBP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
+    return failed(e, "cudaStreamCreateWithFlags");
+  }
   return std::unique_ptr<CudaAllocator>(new CudaAllocator(index, stream, pool));
 }
 
@@ -73,7 +103,15 @@ absl::StatusOr<void*> CudaAllocator::RawAllocate(size_t rounded_bytes) {
         " free of ", FormatByteSize(total_bytes), "; this allocator ", "holds ",
         FormatByteSize(before), " (peak ", FormatByteSize(peak_bytes()), ")"));
   }
-  SBP_CUDA_CHECK(status);
+  if (status != cudaSuccess) {
+    // Not out of memory: a device fault or a broken context. A status, not
+    // an abort: the caller fails its step with the message.
+    (void)cudaGetLastError();
+    return absl::InternalError(
+        absl::StrCat("allocating ", FormatByteSize(static_cast<int64_t>(rounded_bytes)), " on ",
+                     DeviceName(device()), " failed: ", cudaGetErrorName(status), " (",
+                     cudaGetErrorString(status), ")"));
+  }
   return data;
 }
 

@@ -113,7 +113,7 @@ absl::Status CudaBackend::CheckAttentionShape(int64_t head_dim, int64_t query_he
 void CudaBackend::AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t q_offset, float scale, Tensor& out, Tensor* lse,
                                    const Tensor* doc_offsets) {
-  Bind();
+  if (!Begin()) return;
   cuda::AttentionArgs a = CheckInputs(q, k, v, q_offset, scale, device());
   SetDocuments(a, doc_offsets, device());
   CheckLike(out, q, device(), "out", "q");
@@ -133,7 +133,7 @@ void CudaBackend::AttentionBackward(const Tensor& q, const Tensor& k, const Tens
                                     const Tensor& out, const Tensor& dout, const Tensor& lse,
                                     int64_t q_offset, float scale, Tensor& dq, Tensor& dk,
                                     Tensor& dv, const Tensor* doc_offsets) {
-  Bind();
+  if (!Begin()) return;
   cuda::AttentionArgs a = CheckInputs(q, k, v, q_offset, scale, device());
   SetDocuments(a, doc_offsets, device());
   CheckLike(out, q, device(), "out", "q");
@@ -143,7 +143,10 @@ void CudaBackend::AttentionBackward(const Tensor& q, const Tensor& k, const Tens
   CheckLike(dv, k, device(), "dv", "k");
   CheckLse(lse, a, device());
   if (a.tq == 0) return;
-  Tensor delta = Scratch({a.tq, a.hq}, DType::kF32, "attention delta");
+  std::optional<Tensor> scratch =
+      Scratch({a.tq, a.hq}, DType::kF32, "attention delta", "AttentionBackward");
+  if (!scratch) return;
+  Tensor& delta = *scratch;
   cuda::LaunchAttentionDelta(stream(), cuda::AsIn(dout), cuda::AsIn(out), a.tq * a.hq, a.d,
                              delta.data<float>());
   if (FlashEligible(a, &dout) &&

@@ -86,16 +86,34 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::Bind() const { SBP_CUDA_CHECK(cudaSetDevice(allocator_.index())); }
 
-Tensor CudaBackend::Scratch(Shape shape, DType dtype, const char* what) {
+bool CudaBackend::Begin() const {
+  Bind();
+  return deferred_.ok();
+}
+
+std::optional<Tensor> CudaBackend::Scratch(Shape shape, DType dtype, const char* what,
+                                           const char* op) {
   auto t = Tensor::Empty(allocator_, std::move(shape), dtype, what);
-  CHECK(t.ok()) << "CUDA scratch: " << t.status();
-  return *std::move(t);
+  if (t.ok()) return *std::move(t);
+  if (deferred_.ok()) {
+    deferred_ = absl::Status(t.status().code(), absl::StrCat(op, ": no device memory for its ",
+                                                             "scratch: ", t.status().message()));
+  }
+  return std::nullopt;
+}
+
+absl::Status CudaBackend::TakeDeferredError() {
+  absl::Status status = std::move(deferred_);
+  deferred_ = absl::OkStatus();
+  return status;
 }
 
 void CudaBackend::SyncAndCheck(const char* op) {
-  SBP_CUDA_CHECK(
-      cudaMemcpyAsync(error_host_, error_word_, sizeof(int), cudaMemcpyDeviceToHost, stream()));
-  const cudaError_t status = cudaStreamSynchronize(stream());
+  // A kernel's fault often surfaces here, at the copy of the error word:
+  // name the op either way.
+  cudaError_t status =
+      cudaMemcpyAsync(error_host_, error_word_, sizeof(int), cudaMemcpyDeviceToHost, stream());
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream());
   CHECK(status == cudaSuccess) << op << ": a kernel failed on " << DeviceName(device()) << ": "
                                << cudaGetErrorName(status) << " (" << cudaGetErrorString(status)
                                << "); run with SBP_CUDA_SYNC_CHECK=1 to name the kernel";
@@ -123,7 +141,7 @@ void CudaBackend::Synchronize() {
 }
 
 void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
-  Bind();
+  if (!Begin()) return;
   for (const Tensor* t : {&src, static_cast<const Tensor*>(&dst)}) {
     CHECK(t->defined() && t->is_contiguous() && (t->device().is_cpu() || t->device() == device()))
         << "Copy: " << t->DebugString() << " must be contiguous, on the host or on "

@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
@@ -105,6 +106,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return allocator_.stream(); }
   void* native_stream() const override { return stream(); }
   absl::Status CheckAttentionShape(int64_t head_dim, int64_t query_heads) const override;
+  absl::Status TakeDeferredError() override;
 
  private:
   CudaBackend(CudaAllocator& allocator, CudaBackendOptions options)
@@ -112,9 +114,14 @@ class CudaBackend final : public Backend {
 
   // Makes this backend's GPU current for the calling thread.
   void Bind() const;
-  // Scratch from the allocator; CHECK-fails when it cannot be had (scratch is
-  // O(chunk) and an op has no Status to return).
-  Tensor Scratch(Shape shape, DType dtype, const char* what);
+  // Makes the GPU current; false (the op must return at once, doing
+  // nothing) while an earlier op's failure waits in TakeDeferredError.
+  bool Begin() const;
+  // Scratch from the allocator (O(chunk), freed when the op returns; the
+  // planner counts the largest as `kernel_scratch`). When it cannot be had,
+  // the failure is kept for TakeDeferredError and nullopt returned: the op
+  // returns without doing anything.
+  std::optional<Tensor> Scratch(Shape shape, DType dtype, const char* what, const char* op);
   // Waits for the stream, then CHECK-fails on a device error word.
   void SyncAndCheck(const char* op);
   // Reads a double that an earlier kernel wrote to device memory.
@@ -132,6 +139,7 @@ class CudaBackend final : public Backend {
   int* error_word_ = nullptr;          // device
   int* error_host_ = nullptr;          // pinned host
   double* scalar_host_ = nullptr;      // pinned host
+  absl::Status deferred_;              // see TakeDeferredError
 };
 
 }  // namespace sbp

@@ -22,7 +22,7 @@ using cuda::CheckShape;
 // ---- embedding (embedding.cu) ------------------------------------------------
 
 void CudaBackend::EmbeddingForward(const Tensor& table, const Tensor& ids, Tensor& out) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(table, device(), "table");
   CheckDType(ids, device(), DType::kI32, "ids");
   CheckFloat(out, device(), "out");
@@ -36,7 +36,7 @@ void CudaBackend::EmbeddingForward(const Tensor& table, const Tensor& ids, Tenso
 }
 
 void CudaBackend::EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tensor& dtable) {
-  Bind();
+  if (!Begin()) return;
   CheckDType(ids, device(), DType::kI32, "ids");
   CheckFloat(dout, device(), "dout");
   CheckDType(dtable, device(), DType::kF32, "dtable");
@@ -45,15 +45,23 @@ void CudaBackend::EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tenso
   CHECK(dout.rank() >= 1 && dout.dim(-1) == hidden && dout.numel() == ids.numel() * hidden)
       << "dout " << dout.DebugString() << " does not match ids " << ids.DebugString()
       << " and dtable " << dtable.DebugString();
+  if (ids.numel() == 0 || hidden == 0) return;
+  // The sorted ids, their runs and CUB's storage, as int32 words.
+  const int64_t scratch_words =
+      (static_cast<int64_t>(cuda::EmbeddingBackwardScratchBytes(ids.numel())) + 3) / 4;
+  std::optional<Tensor> scratch =
+      Scratch({scratch_words}, DType::kI32, "embedding-gradient sort", "EmbeddingBackward");
+  if (!scratch) return;
   cuda::LaunchEmbeddingBackward(stream(), ids.data<int32_t>(), AsIn(dout), ids.numel(),
-                                dtable.dim(0), hidden, dtable.data<float>(), error_word_);
+                                dtable.dim(0), hidden, dtable.data<float>(), error_word_,
+                                scratch->raw_data());
 }
 
 // ---- RMSNorm (rms_norm.cu) ------------------------------------------------------
 
 void CudaBackend::RmsNormForward(const Tensor& x, const Tensor& weight, float eps, Tensor& y,
                                  Tensor* rstd) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(x, device(), "x");
   CheckFloat(weight, device(), "weight");
   CheckFloat(y, device(), "y");
@@ -74,7 +82,7 @@ void CudaBackend::RmsNormForward(const Tensor& x, const Tensor& weight, float ep
 
 void CudaBackend::RmsNormBackward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                                   const Tensor& dy, Tensor& dx, Tensor& dweight) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(x, device(), "x");
   CheckFloat(weight, device(), "weight");
   CheckDType(rstd, device(), DType::kF32, "rstd");
@@ -92,9 +100,11 @@ void CudaBackend::RmsNormBackward(const Tensor& x, const Tensor& weight, const T
   CHECK_EQ(rstd.numel(), rows) << "rstd " << rstd.DebugString() << " for x " << x.DebugString();
   if (rows == 0) return;
   const int groups = cuda::ColumnGroups(rows, d);
-  Tensor partials = Scratch({groups, d}, DType::kF32, "RMSNorm weight-gradient partials");
+  std::optional<Tensor> partials =
+      Scratch({groups, d}, DType::kF32, "RMSNorm weight-gradient partials", "RmsNormBackward");
+  if (!partials) return;
   cuda::LaunchRmsNormBackward(stream(), AsIn(x), AsIn(weight), rstd.data<float>(), AsIn(dy), rows,
-                              d, groups, partials.data<float>(), AsOut(dx), AsOut(dweight));
+                              d, groups, partials->data<float>(), AsOut(dx), AsOut(dweight));
 }
 
 // ---- rope (rope.cu) -----------------------------------------------------------------
@@ -132,7 +142,7 @@ cuda::RopeDocuments ToRopeDocuments(const Tensor* doc_offsets, Device device) {
 
 void CudaBackend::RopeForward(Tensor& x, int64_t position_offset, const RopeTable& rope,
                               const Tensor* doc_offsets) {
-  Bind();
+  if (!Begin()) return;
   CheckRope(x, device(), position_offset, rope, "x");
   cuda::LaunchRope(stream(), AsOut(x), x.dim(0), x.dim(1), x.dim(2), position_offset,
                    ToRopeFreqs(rope), ToRopeDocuments(doc_offsets, device()), /*backward=*/false);
@@ -140,7 +150,7 @@ void CudaBackend::RopeForward(Tensor& x, int64_t position_offset, const RopeTabl
 
 void CudaBackend::RopeBackward(Tensor& dx, int64_t position_offset, const RopeTable& rope,
                                const Tensor* doc_offsets) {
-  Bind();
+  if (!Begin()) return;
   CheckRope(dx, device(), position_offset, rope, "dx");
   cuda::LaunchRope(stream(), AsOut(dx), dx.dim(0), dx.dim(1), dx.dim(2), position_offset,
                    ToRopeFreqs(rope), ToRopeDocuments(doc_offsets, device()), /*backward=*/true);
@@ -149,7 +159,7 @@ void CudaBackend::RopeBackward(Tensor& dx, int64_t position_offset, const RopeTa
 // ---- bias (elementwise.cu) ----------------------------------------------------------
 
 void CudaBackend::AddBias(Tensor& y, const Tensor& bias) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(y, device(), "y");
   CheckFloat(bias, device(), "bias");
   const int64_t m = bias.numel();
@@ -159,7 +169,7 @@ void CudaBackend::AddBias(Tensor& y, const Tensor& bias) {
 }
 
 void CudaBackend::BiasBackward(const Tensor& dy, Tensor& dbias) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(dy, device(), "dy");
   CheckFloat(dbias, device(), "dbias");
   const int64_t m = dbias.numel();
@@ -169,15 +179,17 @@ void CudaBackend::BiasBackward(const Tensor& dy, Tensor& dbias) {
   const int64_t rows = cuda::RowsOf(dy, m);
   if (rows == 0 || m == 0) return;
   const int groups = cuda::ColumnGroups(rows, m);
-  Tensor partials = Scratch({groups, m}, DType::kF32, "bias-gradient partials");
-  cuda::LaunchColumnSums(stream(), AsIn(dy), rows, m, groups, partials.data<float>());
-  cuda::LaunchAddPartials(stream(), partials.data<float>(), groups, m, AsOut(dbias));
+  std::optional<Tensor> partials =
+      Scratch({groups, m}, DType::kF32, "bias-gradient partials", "BiasBackward");
+  if (!partials) return;
+  cuda::LaunchColumnSums(stream(), AsIn(dy), rows, m, groups, partials->data<float>());
+  cuda::LaunchAddPartials(stream(), partials->data<float>(), groups, m, AsOut(dbias));
 }
 
 // ---- SwiGLU (swiglu.cu) --------------------------------------------------------------
 
 void CudaBackend::SwigluForward(const Tensor& gate, const Tensor& up, Tensor& out) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(gate, device(), "gate");
   CheckFloat(up, device(), "up");
   CheckFloat(out, device(), "out");
@@ -188,7 +200,7 @@ void CudaBackend::SwigluForward(const Tensor& gate, const Tensor& up, Tensor& ou
 
 void CudaBackend::SwigluBackward(const Tensor& gate, const Tensor& up, const Tensor& dout,
                                  Tensor& dgate, Tensor& dup) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(gate, device(), "gate");
   CheckFloat(up, device(), "up");
   CheckFloat(dout, device(), "dout");
@@ -229,14 +241,16 @@ void CheckPerRow(const Tensor& t, const Tensor& targets, Device device, const ch
 
 double CudaBackend::CrossEntropyForwardBackward(Tensor& logits, const Tensor& targets,
                                                 float scale) {
-  Bind();
+  if (!Begin()) return std::nan("");
   const int64_t v = CheckLogits(logits, targets, device());
   const int64_t n = targets.numel();
   if (n == 0) return 0.0;
   // n row losses, then their ordered sum, as doubles in an f32 scratch of
   // twice the size.
-  Tensor doubles = Scratch({2 * (n + 1)}, DType::kF32, "cross-entropy row losses");
-  double* rows = static_cast<double*>(doubles.raw_data());
+  std::optional<Tensor> doubles = Scratch({2 * (n + 1)}, DType::kF32, "cross-entropy row losses",
+                                          "CrossEntropyForwardBackward");
+  if (!doubles) return std::nan("");
+  double* rows = static_cast<double*>(doubles->raw_data());
   cuda::LaunchCrossEntropy(stream(), AsOut(logits), targets.data<int32_t>(), n, v, scale, rows,
                            error_word_);
   cuda::LaunchSumInOrder(stream(), rows, n, rows + n);
@@ -245,7 +259,7 @@ double CudaBackend::CrossEntropyForwardBackward(Tensor& logits, const Tensor& ta
 
 void CudaBackend::LogProbsForward(const Tensor& logits, const Tensor& targets, Tensor& logprobs,
                                   Tensor& lse) {
-  Bind();
+  if (!Begin()) return;
   const int64_t v = CheckLogits(logits, targets, device());
   CheckPerRow(logprobs, targets, device(), "logprobs");
   CheckPerRow(lse, targets, device(), "lse");
@@ -255,7 +269,7 @@ void CudaBackend::LogProbsForward(const Tensor& logits, const Tensor& targets, T
 
 void CudaBackend::LogProbsBackward(Tensor& logits, const Tensor& targets, const Tensor& lse,
                                    const Tensor& dlogprobs) {
-  Bind();
+  if (!Begin()) return;
   const int64_t v = CheckLogits(logits, targets, device());
   CheckPerRow(lse, targets, device(), "lse");
   CheckPerRow(dlogprobs, targets, device(), "dlogprobs");
@@ -267,7 +281,7 @@ void CudaBackend::LogProbsBackward(Tensor& logits, const Tensor& targets, const 
 
 void CudaBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                         const AdamWParams& params) {
-  Bind();
+  if (!Begin()) return;
   CheckDType(param, device(), DType::kF32, "param");
   CheckFloat(grad, device(), "grad");
   CheckDType(m, device(), DType::kF32, "m");
@@ -297,19 +311,21 @@ void CudaBackend::AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
 // ---- reductions and elementwise (elementwise.cu) ---------------------------------------
 
 double CudaBackend::SumSquares(const Tensor& x) {
-  Bind();
+  if (!Begin()) return std::nan("");
   CheckFloat(x, device(), "x");
   const int64_t n = x.numel();
   const int blocks = cuda::SumSquaresBlocks(n);
   // blocks partials and the result, as doubles in an f32 scratch of twice the size.
-  Tensor doubles = Scratch({2 * (blocks + 1)}, DType::kF32, "sum-of-squares partials");
-  double* partials = static_cast<double*>(doubles.raw_data());
+  std::optional<Tensor> doubles =
+      Scratch({2 * (blocks + 1)}, DType::kF32, "sum-of-squares partials", "SumSquares");
+  if (!doubles) return std::nan("");
+  double* partials = static_cast<double*>(doubles->raw_data());
   cuda::LaunchSumSquares(stream(), AsIn(x), n, blocks, partials, partials + blocks);
   return ReadScalar(partials + blocks, "SumSquares");
 }
 
 void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(a, device(), "a");
   CheckFloat(b, device(), "b");
   CheckFloat(out, device(), "out");
@@ -319,7 +335,7 @@ void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void CudaBackend::Axpy(float alpha, const Tensor& x, Tensor& y) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(x, device(), "x");
   CheckFloat(y, device(), "y");
   CheckShape(y, x, "y", "x");
@@ -327,13 +343,13 @@ void CudaBackend::Axpy(float alpha, const Tensor& x, Tensor& y) {
 }
 
 void CudaBackend::Scale(Tensor& x, float s) {
-  Bind();
+  if (!Begin()) return;
   CheckFloat(x, device(), "x");
   cuda::LaunchScale(stream(), AsOut(x), s, x.numel());
 }
 
 void CudaBackend::Fill(Tensor& x, float value) {
-  Bind();
+  if (!Begin()) return;
   CheckOn(x, device(), "x");
   if (x.dtype() == DType::kI32) {
     CHECK(std::trunc(value) == value && value >= -2147483648.0f && value < 2147483648.0f)
@@ -345,7 +361,7 @@ void CudaBackend::Fill(Tensor& x, float value) {
 }
 
 void CudaBackend::Cast(const Tensor& src, Tensor& dst) {
-  Bind();
+  if (!Begin()) return;
   CheckOn(src, device(), "src");
   CheckOn(dst, device(), "dst");
   CheckShape(dst, src, "dst", "src");

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_args.h"
+#include "kernels/cuda_scratch_sizes.h"  // ColumnGroups, SumSquaresBlocks
 
 namespace sbp::cuda {
 
@@ -34,29 +35,15 @@ void LaunchSumSquares(cudaStream_t stream, In x, int64_t n, int blocks, double* 
 // *result = values[0] + values[1] + ... in order.
 void LaunchSumInOrder(cudaStream_t stream, const double* values, int64_t count, double* result);
 
-// Row groups of a column reduction over [rows, cols]: at least 32 rows per
-// group, at most 1024 groups and 4M partial values. Depends on the shape only.
-inline int ColumnGroups(int64_t rows, int64_t cols) {
-  int64_t groups = (rows + 31) / 32;
-  const int64_t by_size = (int64_t{4} << 20) / (cols > 0 ? cols : 1);
-  if (groups > 1024) groups = 1024;
-  if (groups > by_size) groups = by_size;
-  return static_cast<int>(groups < 1 ? 1 : groups);
-}
-
-// Blocks of a sum of squares over n elements: at least 16Ki elements each, at
-// most 1024 blocks. Depends on n only.
-inline int SumSquaresBlocks(int64_t n) {
-  int64_t blocks = (n + (int64_t{1} << 14) - 1) >> 14;
-  if (blocks > 1024) blocks = 1024;
-  return static_cast<int>(blocks < 1 ? 1 : blocks);
-}
-
 // ---- embedding.cu -----------------------------------------------------------
 void LaunchEmbeddingForward(cudaStream_t stream, In table, const int32_t* ids, int64_t tokens,
                             int64_t vocab, int64_t hidden, Out out, int* error);
+// Scratch bytes of LaunchEmbeddingBackward for `tokens` ids (at most
+// EmbeddingBackwardScratchBound(tokens), cuda_scratch_sizes.h).
+size_t EmbeddingBackwardScratchBytes(int64_t tokens);
 void LaunchEmbeddingBackward(cudaStream_t stream, const int32_t* ids, In dout, int64_t tokens,
-                             int64_t vocab, int64_t hidden, float* dtable, int* error);
+                             int64_t vocab, int64_t hidden, float* dtable, int* error,
+                             void* scratch);
 
 // ---- rms_norm.cu --------------------------------------------------------------
 // rstd may be null.
@@ -112,5 +99,9 @@ void LaunchAttentionBackwardGeneric(cudaStream_t stream, const AttentionArgs& a,
 bool LaunchAttentionForwardFlash(cudaStream_t stream, const AttentionArgs& a, Out out, float* lse);
 bool LaunchAttentionBackwardFlash(cudaStream_t stream, const AttentionArgs& a, const void* dout,
                                   const float* lse, const float* delta, Out dq, Out dk, Out dv);
+// Blocks of the dk/dv backward kernel per SM of the current device
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor at its launch's block size and
+// dynamic shared memory); 0 for another head dim or when it does not fit.
+int FlashBackwardDkDvBlocksPerSm(int head_dim);
 
 }  // namespace sbp::cuda

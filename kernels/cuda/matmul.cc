@@ -59,11 +59,17 @@ void CudaBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
       a.dtype() == DType::kBF16 || b.dtype() == DType::kBF16 || c.dtype() == DType::kBF16;
   Tensor a_in = a, b_in = b;
   if (bf16 && a.dtype() == DType::kF32) {
-    a_in = Scratch(a.shape(), DType::kBF16, "matmul operand rounded to bf16");
+    std::optional<Tensor> rounded =
+        Scratch(a.shape(), DType::kBF16, "matmul operand rounded to bf16", op);
+    if (!rounded) return;
+    a_in = *std::move(rounded);
     cuda::LaunchCast(stream(), cuda::AsIn(a), cuda::AsOut(a_in), a.numel());
   }
   if (bf16 && b.dtype() == DType::kF32) {
-    b_in = Scratch(b.shape(), DType::kBF16, "matmul operand rounded to bf16");
+    std::optional<Tensor> rounded =
+        Scratch(b.shape(), DType::kBF16, "matmul operand rounded to bf16", op);
+    if (!rounded) return;
+    b_in = *std::move(rounded);
     cuda::LaunchCast(stream(), cuda::AsIn(b), cuda::AsOut(b_in), b.numel());
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -81,7 +87,7 @@ void CudaBackend::Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
 }
 
 void CudaBackend::MatmulXWt(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
-  Bind();
+  if (!Begin()) return;
   cuda::CheckFloat(x, device(), "x");
   CheckWeight(w, device(), "w");
   cuda::CheckFloat(y, device(), "y");
@@ -94,7 +100,7 @@ void CudaBackend::MatmulXWt(const Tensor& x, const Tensor& w, Tensor& y, bool ac
 }
 
 void CudaBackend::MatmulDyW(const Tensor& dy, const Tensor& w, Tensor& dx, bool accumulate) {
-  Bind();
+  if (!Begin()) return;
   cuda::CheckFloat(dy, device(), "dy");
   CheckWeight(w, device(), "w");
   cuda::CheckFloat(dx, device(), "dx");
@@ -107,7 +113,7 @@ void CudaBackend::MatmulDyW(const Tensor& dy, const Tensor& w, Tensor& dx, bool 
 }
 
 void CudaBackend::MatmulAccumDyTX(const Tensor& dy, const Tensor& x, Tensor& dw) {
-  Bind();
+  if (!Begin()) return;
   cuda::CheckFloat(dy, device(), "dy");
   cuda::CheckFloat(x, device(), "x");
   CheckWeight(dw, device(), "dw");

@@ -3,7 +3,9 @@
 // every job and every event recorded before the crash is still there.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "tests/e2e/cluster_test_util.h"
@@ -70,6 +72,41 @@ TEST(CoordinatorRestartTest, JobFinishesAndNothingIsLost) {
   }
   const nlohmann::json done = c.GetJob(done_id);
   EXPECT_EQ(done["state"], "JOB_STATE_SUCCEEDED");
+}
+
+// A coordinator restarted with a shorter lease: its running workers adopt
+// it from the next heartbeat's answer (not at their next Register), so when
+// that coordinator dies too, they stop writing within the new lease.
+TEST(CoordinatorRestartTest, ALeaseChangeReachesRunningWorkersInOneHeartbeat) {
+  Cluster c("lease_change");
+  c.StartCoordinator(/*lease_seconds=*/30);
+  c.StartWorker("w0");
+  const std::string id = c.Submit(c.WriteSpec("lease", c.Spec("lease", 1000000, 64, 0)));
+  ASSERT_TRUE(WaitFor([&] { return c.Step(id) >= 2; }, seconds(30))) << c.Logs();
+  c.KillCoordinator(SIGKILL);
+  std::this_thread::sleep_for(seconds(1));
+  c.StartCoordinator(/*lease_seconds=*/4);
+  // One heartbeat: every 10 s under the old 30 s lease.
+  const std::string log = (c.dir() / "w0.log").string();
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadAll(log).find("the coordinator's lease is now 4 s") != std::string::npos; },
+      seconds(15)))
+      << c.Logs();
+  ASSERT_TRUE(WaitFor([&] { return c.Step(id) >= 3; }, seconds(10))) << c.Logs();
+  c.KillCoordinator(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  const std::string metrics = (c.dir() / "runs/lease/metrics.jsonl").string();
+  auto lines = [&] {
+    const std::string m = ReadAll(metrics);
+    return std::count(m.begin(), m.end(), '\n');
+  };
+  // Within the new lease (less its quarter of margin) and a step, nothing
+  // more is written; under the old lease it would go on for 20 s.
+  std::this_thread::sleep_until(killed + seconds(5));
+  const auto at_five = lines();
+  std::this_thread::sleep_until(killed + seconds(12));
+  EXPECT_EQ(lines(), at_five) << "the worker kept writing after its 4 s lease lapsed";
+  EXPECT_TRUE(c.worker("w0").running());
 }
 
 }  // namespace

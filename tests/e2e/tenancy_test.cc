@@ -37,14 +37,34 @@ class TenancyTest : public ::testing::Test {
       WriteFile(c_->dir() / absl::StrCat(who, ".token"), absl::StrCat(who, "-secret\n"));
     }
     WriteFile(c_->dir() / "users.yaml", UsersFile(true));
+    // The admin's read-only shared root: a base model and a data set.
+    std::filesystem::create_directories(c_->dir() / "shared/models");
+    CopyModel(c_->dir() / "shared/models/tiny");
+    std::filesystem::copy_file(c_->dir() / "data.jsonl", c_->dir() / "shared/data.jsonl");
+    // Each user's jobs read and write in their own area, <work-dir>/<user>/:
+    // a copy of the tiny model and data set for each.
+    for (const char* who : {"alice", "bob", "ops"}) {
+      const std::filesystem::path area = c_->dir() / who;
+      std::filesystem::create_directories(area);
+      CopyModel(area / "model");
+      std::filesystem::copy_file(c_->dir() / "data.jsonl", area / "data.jsonl");
+    }
     coordinator_ = std::make_unique<Process>(
         std::vector<std::string>{BinaryDir() + "/bin/sbp-coordinator", "--listen", c_->address(),
                                  "--db", (c_->dir() / "coordinator.db").string(), "--users",
                                  (c_->dir() / "users.yaml").string(), "--lease-seconds", "3",
-                                 "--work-dir", c_->dir().string()},
+                                 "--work-dir", c_->dir().string(), "--shared-dir",
+                                 (c_->dir() / "shared").string()},
         c_->dir(), c_->dir() / "coordinator.log");
     ASSERT_TRUE(WaitFor([&] { return As("alice", "whoami").exit_code == 0; }, seconds(20)))
         << ReadAll((c_->dir() / "coordinator.log").string());
+  }
+  // A copy of the cluster's tiny model directory (its files) at `to`.
+  void CopyModel(const std::filesystem::path& to) {
+    std::filesystem::create_directories(to);
+    for (const auto& entry : std::filesystem::directory_iterator(c_->dir() / "model")) {
+      std::filesystem::copy_file(entry.path(), to / entry.path().filename());
+    }
   }
   CommandResult As(const std::string& who, const std::string& args) {
     return c_->Sbp(args, who + ".token");
@@ -89,6 +109,46 @@ TEST_F(TenancyTest, EachUserSeesOnlyTheirOwnJobsAndAnAdminSeesAll) {
   EXPECT_NE(As("bob", "list --user alice").exit_code, 0);
   const auto job = nlohmann::json::parse(As("alice", "get -o json " + id).out, nullptr, false);
   EXPECT_EQ(job.value("owner", ""), "alice") << job.dump();
+}
+
+// A busy worker's job id is shown to the job's owner and to admins only: a
+// job id names its run directory (<owner>/runs/<job id>).
+TEST_F(TenancyTest, WorkersShowAJobIdOnlyToItsOwnerAndAdmins) {
+  c_->StartWorker("w0");
+  ASSERT_TRUE(WaitFor([&] { return As("ops", "workers").out.find("w0") != std::string::npos; },
+                      seconds(20)));
+  const std::string id = SubmitAs("alice", "busy");
+  ASSERT_TRUE(WaitFor([&] { return StepOf(id) >= 1; }, seconds(30))) << c_->Logs();
+  for (const char* who : {"alice", "ops", "bob"}) {
+    const CommandResult table = As(who, "workers");
+    const CommandResult json = As(who, "workers -o json");
+    ASSERT_EQ(table.exit_code, 0) << table.err;
+    ASSERT_EQ(json.exit_code, 0) << json.err;
+    EXPECT_NE(table.out.find("busy"), std::string::npos) << who << ": " << table.out;
+    const bool sees = std::string(who) != "bob";
+    EXPECT_EQ(table.out.find(id) != std::string::npos, sees) << who << ": " << table.out;
+    EXPECT_EQ(json.out.find(id) != std::string::npos, sees) << who << ": " << json.out;
+  }
+}
+
+// Request ids belong to their submitter: bob reusing alice's id gets a job
+// of his own (he cannot tell that hers exists, nor squat it), and alice's
+// idempotent re-submit still returns hers.
+TEST_F(TenancyTest, RequestIdsAreScopedByOwner) {
+  const std::string spec = c_->WriteSpec("nightly", SpecOf("nightly", 10));
+  auto submit = [&](const std::string& who) {
+    const CommandResult r = As(who, "submit -o json --request-id nightly-2026-12-03 " + spec);
+    EXPECT_EQ(r.exit_code, 0) << who << ": " << r.err;
+    const auto job = nlohmann::json::parse(r.out, nullptr, false);
+    return job.is_object() ? job.value("id", "") : "";
+  };
+  const std::string bobs = submit("bob");  // first: the id is bob's now
+  const std::string alices = submit("alice");
+  ASSERT_FALSE(bobs.empty());
+  ASSERT_FALSE(alices.empty());
+  EXPECT_NE(alices, bobs);
+  EXPECT_EQ(submit("alice"), alices);
+  EXPECT_EQ(submit("bob"), bobs);
 }
 
 TEST_F(TenancyTest, QuotasRefuseAtSubmitAndHoldBackTheScheduler) {
@@ -152,48 +212,96 @@ TEST_F(TenancyTest, ARemovedTokenLocksItsUserOutWithinSeconds) {
       seconds(20)));
 }
 
-// Every path rule refuses at submit, naming the field; a symbolic link
-// swapped in after the submit is refused by the worker, before it writes.
-TEST_F(TenancyTest, JobPathsStayInsideTheWorkDirectoryAndTheOwnersArea) {
-  auto refused = [&](const std::string& name, const std::string& spec) {
-    return As("alice", "submit " + c_->WriteSpec(name, spec));
+// A user named ".." would own the work directory's parent as its area: a
+// users file that names one is refused at reload, naming the entry, and the
+// identities already loaded stay in force.
+TEST_F(TenancyTest, ADotDotUserNameIsRefusedAtReload) {
+  WriteFile(c_->dir() / "dots.token", "dots-secret\n");
+  std::string with_dots = UsersFile(true);
+  with_dots.replace(with_dots.find("\nworkers:") + 1, 0,
+                    absl::StrCat("  - name: '..'\n    token_sha256: [",
+                                 server::TokenSha256("dots-secret"), "]\n"));
+  WriteFile(c_->dir() / "users.yaml.new", with_dots);
+  std::filesystem::rename(c_->dir() / "users.yaml.new", c_->dir() / "users.yaml");
+  const std::string log = (c_->dir() / "coordinator.log").string();
+  ASSERT_TRUE(WaitFor([&] { return ReadAll(log).find("'..' is not a name") != std::string::npos; },
+                      seconds(10)))
+      << ReadAll(log);
+  EXPECT_NE(ReadAll(log).find("users file not reloaded"), std::string::npos);
+  const CommandResult dots = As("dots", "whoami");
+  EXPECT_NE(dots.exit_code, 0);
+  EXPECT_NE(dots.err.find("invalid token"), std::string::npos) << dots.err;
+  EXPECT_EQ(As("alice", "whoami").exit_code, 0);
+}
+
+// Every path of a job resolves in its owner's area: a path that climbs out,
+// an absolute one (no shared directory here), or a link to another user's
+// area is refused at submit, naming the field and nothing of what lies
+// outside; a symbolic link swapped in after the submit is refused by the
+// worker, before it writes.
+TEST_F(TenancyTest, JobPathsStayInsideTheOwnersArea) {
+  auto submit = [&](const std::string& who, const std::string& name, const std::string& spec) {
+    return As(who, "submit " + c_->WriteSpec(name, spec));
   };
-  std::string absolute = SpecOf("abs", 10);
-  absolute.replace(absolute.find("model: model"), 12, "model: /etc");
-  CommandResult r = refused("abs", absolute);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("model: '/etc' must be relative"), std::string::npos) << r.err;
-  std::string climb = SpecOf("climb", 10);
-  climb.replace(climb.find("data: data.jsonl"), 16, "data: ../data.jsonl");
-  r = refused("climb", climb);
-  EXPECT_NE(r.err.find("data: '../data.jsonl' must not climb out"), std::string::npos) << r.err;
-  std::filesystem::create_symlink("/tmp", c_->dir() / "escape");
-  auto with_dir = [&](const std::string& name, const std::string& dir) {
+  auto with = [&](const std::string& name, const std::string& from, const std::string& to) {
     std::string spec = SpecOf(name, 10);
-    spec.replace(spec.find("checkpoint: {every_steps: 0}"), 28,
-                 "checkpoint: {every_steps: 0, dir: " + dir + "}");
+    spec.replace(spec.find(from), from.size(), to);
     return spec;
   };
-  r = refused("link", with_dir("link", "escape/run"));
-  EXPECT_NE(r.err.find("checkpoint.dir: 'escape/run' leads outside"), std::string::npos) << r.err;
-  r = refused("theirs", with_dir("theirs", "bob/run"));
-  EXPECT_NE(r.err.find("checkpoint.dir: 'bob/run' must lie in the owner's area alice/"),
+  CommandResult r = submit("alice", "abs", with("abs", "model: model", "model: /etc"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("model: '/etc' is outside the shared directory"), std::string::npos)
+      << r.err;
+  r = submit(
+      "alice", "abs-write",
+      with("abs-write", "checkpoint: {every_steps: 0}",
+           "checkpoint: {every_steps: 0, dir: " + (c_->dir() / "shared/run").string() + "}"));
+  EXPECT_NE(r.err.find("must be relative (resolved in the owner's area alice/)"), std::string::npos)
+      << r.err;
+  r = submit("alice", "climb", with("climb", "data: data.jsonl", "data: ../bob/data.jsonl"));
+  EXPECT_NE(r.err.find("data: '../bob/data.jsonl' must not climb out"), std::string::npos) << r.err;
+  // Bob links alice's area into his own and names her model through it.
+  std::filesystem::create_directory_symlink(c_->dir() / "alice", c_->dir() / "bob/alices");
+  r = submit("bob", "steal", with("steal", "model: model", "model: alices/model"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("model: 'alices/model' leads outside the owner's area bob/"),
             std::string::npos)
       << r.err;
+  r = submit("bob", "steal-resume", SpecOf("steal-resume", 10) + "resume_from: alices/runs\n");
+  EXPECT_NE(r.err.find("resume_from: 'alices/runs' leads outside the owner's area bob/"),
+            std::string::npos)
+      << r.err;
+  std::filesystem::create_directory_symlink("/tmp", c_->dir() / "alice/escape");
+  r = submit("alice", "link",
+             with("link", "checkpoint: {every_steps: 0}",
+                  "checkpoint: {every_steps: 0, dir: escape/run}"));
+  EXPECT_NE(r.err.find("checkpoint.dir: 'escape/run' leads outside the owner's area alice/"),
+            std::string::npos)
+      << r.err;
+  // A config.json linked out of the area: the coordinator refuses it before
+  // opening anything, with the same words whether the target exists or not.
+  std::string refusals[2];
+  const char* targets[2] = {"/etc/hostname", "/nonexistent/config.json"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string model = absl::StrCat("linked", i);
+    std::filesystem::create_directories(c_->dir() / "bob" / model);
+    std::filesystem::create_symlink(targets[i], c_->dir() / "bob" / model / "config.json");
+    r = submit("bob", model, with(model, "model: model", "model: " + model));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    refusals[i] = r.err;
+    refusals[i].replace(refusals[i].find(model), model.size(), "MODEL");
+    EXPECT_NE(r.err.find("leads outside the owner's area bob/"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(targets[i]), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(refusals[0], refusals[1]);
 
   // Accepted while data.jsonl is a plain file, then swapped for a link out.
-  std::filesystem::create_directories(c_->dir() / "alice");
-  std::filesystem::copy_file(c_->dir() / "data.jsonl", c_->dir() / "alice/data.jsonl");
-  std::string swapped = SpecOf("swapped", 10);
-  swapped.replace(swapped.find("data: data.jsonl"), 16, "data: alice/data.jsonl");
   const CommandResult submitted =
-      As("alice", "submit -o json " + c_->WriteSpec("swapped", swapped));
+      As("alice", "submit -o json " + c_->WriteSpec("swapped", SpecOf("swapped", 10)));
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   const std::string id = nlohmann::json::parse(submitted.out).value("id", "");
   std::filesystem::remove(c_->dir() / "alice/data.jsonl");
-  std::filesystem::create_symlink(c_->dir() / "data.jsonl.outside", c_->dir() / "alice/data.jsonl");
-  WriteFile(std::filesystem::path("/tmp") / "sbp-outside-marker", "");
-  std::filesystem::create_symlink("/tmp/sbp-outside-marker", c_->dir() / "data.jsonl.outside");
+  std::filesystem::create_symlink(c_->dir() / "bob/data.jsonl", c_->dir() / "alice/data.jsonl");
   c_->StartWorker("w0");
   ASSERT_TRUE(
       WaitFor([&] { return As("alice", "get " + id).out.find("FAILED") != std::string::npos; },
@@ -201,9 +309,48 @@ TEST_F(TenancyTest, JobPathsStayInsideTheWorkDirectoryAndTheOwnersArea) {
       << As("alice", "get " + id).out << c_->Logs();
   const auto job = nlohmann::json::parse(As("alice", "get -o json " + id).out, nullptr, false);
   EXPECT_EQ(job.value("failure_class", ""), "FAILURE_CLASS_BAD_INPUT") << job.dump();
-  EXPECT_NE(As("alice", "events " + id).out.find("data: 'alice/data.jsonl' leads outside"),
-            std::string::npos);
+  EXPECT_NE(As("alice", "events " + id).out.find("data: 'data.jsonl' leads outside"),
+            std::string::npos)
+      << As("alice", "events " + id).out;
   EXPECT_FALSE(std::filesystem::exists(c_->dir() / "alice/runs" / id)) << "nothing written";
+}
+
+// An admin's shared root serves base models and data sets to every user,
+// read-only, by absolute path.
+TEST_F(TenancyTest, JobsReadTheSharedRootByAbsolutePath) {
+  c_->StartWorker("w0", {"--shared-dir", (c_->dir() / "shared").string()});
+  std::string spec = SpecOf("shared", 2);
+  spec.replace(spec.find("model: model"), 12,
+               "model: " + (c_->dir() / "shared/models/tiny").string());
+  spec.replace(spec.find("data: data.jsonl"), 16,
+               "data: " + (c_->dir() / "shared/data.jsonl").string());
+  const CommandResult r = As("bob", "submit -o json " + c_->WriteSpec("shared", spec));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string id = nlohmann::json::parse(r.out).value("id", "");
+  ASSERT_TRUE(
+      WaitFor([&] { return As("bob", "get " + id).out.find("SUCCEEDED") != std::string::npos; },
+              seconds(60)))
+      << As("bob", "get " + id).out << c_->Logs();
+  EXPECT_TRUE(std::filesystem::exists(c_->dir() / "bob/runs" / id / "metrics.jsonl"));
+}
+
+// checkpoint.dir means one directory in the check and in the write: the
+// owner's area joined with it.
+TEST_F(TenancyTest, CheckpointDirIsWrittenWhereItIsChecked) {
+  c_->StartWorker("w0");
+  std::string spec = SpecOf("placed", 2);
+  spec.replace(spec.find("checkpoint: {every_steps: 0}"), 28,
+               "checkpoint: {every_steps: 0, dir: nested/run}");
+  const CommandResult r = As("alice", "submit -o json " + c_->WriteSpec("placed", spec));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string id = nlohmann::json::parse(r.out).value("id", "");
+  ASSERT_TRUE(
+      WaitFor([&] { return As("alice", "get " + id).out.find("SUCCEEDED") != std::string::npos; },
+              seconds(60)))
+      << As("alice", "get " + id).out << c_->Logs();
+  EXPECT_TRUE(std::filesystem::exists(c_->dir() / "alice/nested/run/metrics.jsonl"));
+  EXPECT_FALSE(std::filesystem::exists(c_->dir() / "nested"));
+  EXPECT_FALSE(std::filesystem::exists(c_->dir() / "alice/alice"));
 }
 
 TEST(ClosedByDefaultTest, NoCoordinatorListensOpenOffLoopback) {

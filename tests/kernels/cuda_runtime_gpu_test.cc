@@ -5,6 +5,7 @@
 // or a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -76,11 +77,57 @@ TEST_F(CudaRuntimeTest, AllocatorTracksCurrentPeakAndBudget) {
   a.set_budget_bytes(0);
 }
 
+// A GPU worker budgets the free memory at start less the reserve, never the total.
+TEST_F(CudaRuntimeTest, WorkerBudgetIsFreeMemoryLessTheReserve) {
+  ComputeDevice dev = Open(DType::kBF16);
+  auto before = QueryDeviceMemory(Device::Cuda(0));
+  ASSERT_TRUE(before.ok()) << before.status();
+  auto budget = DeviceMemoryBudgetBytes(Device::Cuda(0));
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  auto after = QueryDeviceMemory(Device::Cuda(0));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GT(*budget, 0);
+  EXPECT_LE(*budget, std::max(before->free_bytes, after->free_bytes) - kCudaMemoryReserveBytes);
+  EXPECT_GE(*budget, std::min(before->free_bytes, after->free_bytes) - kCudaMemoryReserveBytes);
+  EXPECT_LT(*budget, before->total_bytes);
+}
+
+// Scratch an op cannot have (here: the bf16 rounding of an f32 matmul
+// operand, over the allocator's budget) is a deferred RESOURCE_EXHAUSTED
+// naming the op, not an abort; ops do nothing until it is taken, and work
+// again afterwards.
+TEST_F(CudaRuntimeTest, ScratchOverBudgetIsDeferredResourceExhausted) {
+  ComputeDevice dev = Open(DType::kBF16);
+  Backend& b = *dev.backend;
+  Allocator& a = *dev.allocator;
+  Tensor x = ToDevice(b, RandomTensor({1024, 512}, 1), DType::kF32);
+  Tensor w = ToDevice(b, RandomTensor({256, 512}, 2), DType::kBF16);
+  Tensor y = ToDevice(b, RandomTensor({1024, 256}, 3), DType::kF32);
+  b.Synchronize();
+  EXPECT_TRUE(b.TakeDeferredError().ok());
+  a.set_budget_bytes(a.current_bytes() + 4096);  // the 1 MiB bf16 copy of x does not fit
+  b.MatmulXWt(x, w, y, /*accumulate=*/false);
+  b.Fill(y, 5.0f);  // skipped: an error is waiting
+  a.set_budget_bytes(0);
+  const absl::Status deferred = b.TakeDeferredError();
+  EXPECT_EQ(deferred.code(), absl::StatusCode::kResourceExhausted) << deferred;
+  EXPECT_NE(deferred.message().find("MatmulXWt"), std::string::npos) << deferred;
+  EXPECT_NE(deferred.message().find("scratch"), std::string::npos) << deferred;
+  EXPECT_TRUE(b.TakeDeferredError().ok()) << "taking the error clears it";
+  for (double v : backend_test::ToHost(b, y)) ASSERT_NE(v, 5.0) << "Fill ran after the failure";
+  b.Fill(y, 2.0f);
+  EXPECT_EQ(backend_test::ToHost(b, y), op_test::Vec(1024 * 256, 2.0));
+  // The same product with the memory available runs.
+  b.MatmulXWt(x, w, y, /*accumulate=*/false);
+  b.Synchronize();
+  EXPECT_TRUE(b.TakeDeferredError().ok());
+}
+
 TEST_F(CudaRuntimeTest, DeviceOutOfMemoryIsResourceExhaustedWithFigures) {
   ComputeDevice dev = Open(DType::kBF16);
-  auto total = DeviceMemoryBytes(Device::Cuda(0));
-  ASSERT_TRUE(total.ok()) << total.status();
-  auto huge = Tensor::Empty(*dev.allocator, {*total / 2}, DType::kF32, "too large");
+  auto memory = QueryDeviceMemory(Device::Cuda(0));
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  auto huge = Tensor::Empty(*dev.allocator, {memory->total_bytes / 2}, DType::kF32, "too large");
   ASSERT_FALSE(huge.ok());
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
   const std::string message(huge.status().message());

@@ -94,7 +94,7 @@ TEST_F(AdmissionTest, PossibleJobWaitsForAndRunsOnAWorkerThatFits) {
 
   const std::string model = ModelDir("fits", "bench-qwen3");
   const std::string yaml = PlannedSpec("planned", model, 1024);
-  const AdmissionPlan plan = PlanAdmission(MustParse(yaml), "");
+  const AdmissionPlan plan = PlanAdmission(MustParse(yaml), PathPolicy{});
   ASSERT_TRUE(plan.planned) << plan.note;
   EXPECT_GT(plan.required_memory_bytes, 2 * kGiB);  // weights, gradients, AdamW: 2.5 GiB
   EXPECT_LT(plan.required_memory_bytes, 4 * kGiB);
@@ -160,19 +160,19 @@ TEST_F(AdmissionTest, RelativeModelPathsResolveUnderTheWorkDirectory) {
 
 TEST(Admission, PresetNamesArePlannedAndRelativePathsNeedAWorkDirectory) {
   const JobSpec preset = MustParse(PlannedSpec("p", "qwen3-8b", 4096));
-  AdmissionPlan plan = PlanAdmission(preset, "");
+  AdmissionPlan plan = PlanAdmission(preset, PathPolicy{});
   EXPECT_TRUE(plan.planned);
   EXPECT_THAT(plan.note, StartsWith("memory plan from preset qwen3-8b: needs "));
 
   const JobSpec relative = MustParse(PlannedSpec("r", "models/x", 4096));
-  plan = PlanAdmission(relative, "");
+  plan = PlanAdmission(relative, PathPolicy{});
   EXPECT_FALSE(plan.planned);
   EXPECT_THAT(plan.note, HasSubstr("'models/x' is relative and the coordinator has no --work-dir"));
   EXPECT_EQ(plan.required_memory_bytes, 0);
 
   const std::filesystem::path dir = FreshDir("broken_model");
   std::ofstream(dir / "config.json") << "{\"hidden_size\": 0";
-  plan = PlanAdmission(MustParse(PlannedSpec("b", dir.string(), 4096)), "");
+  plan = PlanAdmission(MustParse(PlannedSpec("b", dir.string(), 4096)), PathPolicy{});
   EXPECT_FALSE(plan.planned);
   EXPECT_THAT(plan.note, HasSubstr("malformed JSON"));
 }
@@ -181,7 +181,7 @@ TEST(Admission, CudaJobTooLongForAnyGpuGetsAShorterSequenceSuggestion) {
   const JobSpec spec = MustParse(
       "name: long\nmodel: qwen3-8b\ndata: d.jsonl\nobjective: sft\nseq_len: 200000\n"
       "train: {precision: bf16}\nresources: {world_size: 1, device: cuda}\n");
-  const AdmissionPlan plan = PlanAdmission(spec, "");
+  const AdmissionPlan plan = PlanAdmission(spec, PathPolicy{});
   ASSERT_TRUE(plan.planned) << plan.note;
   EXPECT_EQ(plan.request.precision, DType::kBF16);
   EXPECT_EQ(plan.safety_margin, 0.10);
@@ -205,7 +205,7 @@ TEST(Admission, BaselineModesAreToldAboutStreamBpAndMoreWorkers) {
   const JobSpec spec = MustParse(
       "name: ckpt\nmodel: bench-qwen3\ndata: d.jsonl\nobjective: sft\nseq_len: 16384\n"
       "streambp: {mode: checkpoint}\nresources: {world_size: 1, device: cpu}\n");
-  const AdmissionPlan plan = PlanAdmission(spec, "");
+  const AdmissionPlan plan = PlanAdmission(spec, PathPolicy{});
   ASSERT_TRUE(plan.planned) << plan.note;
   const absl::Status status = CheckAdmission(spec, plan, {{"w", DeviceKind::kCpu, 8 * kGiB}});
   ASSERT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
@@ -221,7 +221,7 @@ TEST(Admission, ChunksTooLargeForTheWorkerGetSmallerOnes) {
       "name: chunky\nmodel: bench-qwen3\ndata: d.jsonl\nobjective: dpo\nseq_len: 16384\n"
       "streambp: {mode: stream, chunk_tokens: 16384, logits_chunk_tokens: 16384}\n"
       "resources: {world_size: 1, device: cpu}\n");
-  const AdmissionPlan plan = PlanAdmission(spec, "");
+  const AdmissionPlan plan = PlanAdmission(spec, PathPolicy{});
   ASSERT_TRUE(plan.planned) << plan.note;
   EXPECT_GT(plan.minimum.Term("reference_weights"), 0);
   EXPECT_GT(plan.minimum.Term("objective_scratch"), 0);
@@ -243,7 +243,7 @@ TEST(Admission, PlannerWorkPerSubmitIsBounded) {
             absl::StrCat("name: hopeless\nmodel: ", model, "\ndata: d.jsonl\nobjective: dpo\n",
                          "seq_len: 16000000\nstreambp: {mode: ", mode,
                          "}\nresources: {world_size: 1, device: cpu}\n"));
-        const AdmissionPlan plan = PlanAdmission(spec, "");
+        const AdmissionPlan plan = PlanAdmission(spec, PathPolicy{});
         ASSERT_TRUE(plan.planned) << plan.note;
         const absl::Time start = absl::Now();
         const absl::Status status = CheckAdmission(spec, plan, {{"w", DeviceKind::kCpu, memory}});

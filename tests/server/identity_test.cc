@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "tests/server/test_util.h"
 
 namespace sbp::server {
@@ -65,6 +67,20 @@ TEST(IdentityTest, ErrorsNameTheEntryAndField) {
               HasSubstr("users[1].token_sha256[0]: this token hash is listed twice"));
   EXPECT_THAT(error("users:\n  - name: a\n    token: plain\n"), HasSubstr("unknown key 'token'"));
   EXPECT_THAT(error("users: [\n"), HasSubstr("not valid YAML"));
+  // Names that are a directory's "." or "..", or that start with one.
+  for (const char* name : {".", "..", "...", ".alice", "-alice", "_alice"}) {
+    EXPECT_THAT(error(absl::StrCat("users:\n  - name: '", name, "'\n    token_sha256: [",
+                                   TokenSha256("x"), "]\n")),
+                HasSubstr("users[0].name: '" + std::string(name) + "' is not a name"))
+        << name;
+  }
+  EXPECT_THAT(
+      error(absl::StrCat("workers:\n  - name: '..'\n    token_sha256: [", TokenSha256("x"), "]\n")),
+      HasSubstr("workers[0].name"));
+  EXPECT_TRUE(IdentityTable::Parse(absl::StrCat("users:\n  - name: a.b-c_1\n    token_sha256: [",
+                                                TokenSha256("x"), "]\n"),
+                                   "users.yaml")
+                  .ok());
   EXPECT_THAT(error("users:\n  - name: a\n    token_sha256: [" + TokenSha256("x") +
                     "]\n    quota: {max_pending_jobs: -1}\n"),
               HasSubstr("users[0].quota.max_pending_jobs: must be a non-negative integer"));

@@ -190,10 +190,32 @@ TEST(StoreTest, RequestIdIsUnique) {
   // Jobs without a request id do not clash.
   ASSERT_TRUE(Submit(*store, MakeJob("b-1")).ok());
   ASSERT_TRUE(Submit(*store, MakeJob("b-2")).ok());
-  std::optional<JobRecord> found = *store->FindJobByRequestId("req");
+  std::optional<JobRecord> found = *store->FindJobByRequestId("", "req");
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->id, "a-1");
-  EXPECT_FALSE(store->FindJobByRequestId("other")->has_value());
+  EXPECT_EQ(found->request_id, "req");
+  EXPECT_FALSE(store->FindJobByRequestId("", "other")->has_value());
+}
+
+// Each owner has its own request ids: the same id for two owners is two
+// jobs, and one owner's lookup never finds the other's.
+TEST(StoreTest, RequestIdsAreScopedByOwner) {
+  const auto dir = FreshDir("store_request_id_owner");
+  auto store = MustOpen((dir / "c.db").string());
+  ASSERT_NE(store, nullptr);
+  JobRecord alice = MakeJob("a-1", "nightly-1");
+  alice.owner = "alice";
+  JobRecord bob = MakeJob("b-1", "nightly-1");
+  bob.owner = "bob";
+  ASSERT_TRUE(Submit(*store, alice).ok());
+  ASSERT_TRUE(Submit(*store, bob).ok());
+  EXPECT_EQ((*store->FindJobByRequestId("alice", "nightly-1"))->id, "a-1");
+  EXPECT_EQ((*store->FindJobByRequestId("bob", "nightly-1"))->id, "b-1");
+  EXPECT_EQ((*store->FindJobByRequestId("bob", "nightly-1"))->request_id, "nightly-1");
+  EXPECT_FALSE(store->FindJobByRequestId("carol", "nightly-1")->has_value());
+  JobRecord again = MakeJob("a-2", "nightly-1");
+  again.owner = "alice";
+  EXPECT_EQ(Submit(*store, again).code(), absl::StatusCode::kAlreadyExists);
 }
 
 TEST(StoreTest, UncommittedTransactionRollsBack) {
@@ -534,8 +556,8 @@ CREATE TABLE workers (id TEXT PRIMARY KEY, name TEXT NOT NULL, device TEXT NOT N
   memory_bytes INTEGER NOT NULL, version TEXT NOT NULL DEFAULT '',
   registered_at_us INTEGER NOT NULL DEFAULT 0, last_heartbeat_us INTEGER NOT NULL DEFAULT 0,
   state TEXT NOT NULL DEFAULT 'live') WITHOUT ROWID;
-INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step)
-  VALUES ('old-1', 'old', 'name: old' || char(10), '{"name":"old"}', 'RUNNING', 7);
+INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step, request_id)
+  VALUES ('old-1', 'old', 'name: old' || char(10), '{"name":"old"}', 'RUNNING', 7, 'r-1');
 )sql";
   ASSERT_EQ(sqlite3_exec(raw, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
   sqlite3_close(raw);
@@ -547,6 +569,9 @@ INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step)
   EXPECT_EQ(old.spec_yaml, "name: old\n");
   EXPECT_EQ(old.spec_json, R"({"name":"old"})");
   EXPECT_EQ(old.state, JobState::kRunning);
+  // Its request id, scoped by its owner ('' before tenancy) since schema 5.
+  EXPECT_EQ(old.request_id, "r-1");
+  EXPECT_EQ((*store->FindJobByRequestId("", "r-1"))->id, "old-1");
   EXPECT_EQ(store->ActiveJobs()->size(), 1u);
   ASSERT_TRUE(Submit(*store, MakeJob("new-1")).ok());
   EXPECT_EQ(store->ListJobs({}, 0, 10)->size(), 2u);

@@ -118,6 +118,13 @@ class WorkerAgent::Observer final : public TrainingObserver {
            agent_->RunningAttemptStopped() || agent_->CheckpointRequested();
   }
 
+  // Cancelled, or over at the coordinator (a heartbeat's stop_attempts):
+  // the step in progress is abandoned. Not a preemption or a shutdown, which
+  // finish the step and checkpoint it.
+  bool AbandonRequested() override {
+    return reporter_->cancel_requested() || reporter_->aborted() || agent_->RunningAttemptStopped();
+  }
+
   absl::Status CheckLease() override { return agent_->CheckLease(assignment_); }
 
  private:
@@ -320,6 +327,15 @@ void WorkerAgent::HeartbeatLoop() {
             running_stopped_ = true;
           }
         }
+        // The lease in force comes with every answer: adopted at once (a
+        // coordinator restarted with a shorter --lease-seconds must see this
+        // worker stop writing within the new lease).
+        if (response.lease_seconds() > 0 && response.lease_seconds() != lease_seconds_) {
+          LOG(INFO) << "the coordinator's lease is now " << response.lease_seconds() << " s (was "
+                    << lease_seconds_ << " s)";
+          lease_seconds_ = response.lease_seconds();
+        }
+        if (response.heartbeat_seconds() > 0) heartbeat_seconds_ = response.heartbeat_seconds();
         // The lease is renewed only by a heartbeat the coordinator took for a
         // worker it still knows; a coordinator that declared this worker lost
         // has failed its attempt, which must then write nothing more.
@@ -529,9 +545,8 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   }
   // The paths are checked again here, right before anything is opened: a
   // symbolic link planted after the submit must not lead a job outside.
-  if (absl::Status paths = CheckJobPaths(
-          *spec, PathPolicy{options_.work_dir, options_.shared_dir, assignment.run_area()});
-      !paths.ok()) {
+  const PathPolicy paths_policy{options_.work_dir, options_.shared_dir, assignment.run_area()};
+  if (absl::Status paths = CheckJobPaths(*spec, paths_policy); !paths.ok()) {
     finish.set_outcome(v1::OUTCOME_FAILED);
     finish.set_failure_class(ClassifyFailure(paths));
     finish.set_message(std::string(paths.message()));
@@ -548,10 +563,10 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   });
   Observer observer(this, assignment, &reporter);
   TrainOptions train_options;
-  train_options.base_dir = options_.work_dir;
+  // Every relative path of the job resolves in its owner's area.
+  train_options.base_dir = JobArea(paths_policy);  // "" without a work directory
   train_options.device = DeviceName(options_.device);
   train_options.job_id = assignment.job_id();
-  train_options.run_area = assignment.run_area();
   train_options.attempt = assignment.attempt();
   train_options.resume = true;
   if (assignment.world_size() > 1) {
@@ -583,15 +598,14 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     lease_lost_ = false;
   }
   const absl::StatusOr<TrainSummary> summary = [&] {
-    // What the job opens stays inside the work directory (writes inside its
-    // run area) and the shared directory, checked on the opened descriptors,
-    // so that a symbolic link swapped in after the check above leads nowhere.
+    // What the job opens stays inside its owner's area (reads also in the
+    // shared directory), checked on the opened descriptors, so that a
+    // symbolic link swapped in after the check above leads nowhere.
     std::optional<ScopedFileConfinement> confinement;
     if (!options_.work_dir.empty()) {
       FileConfinement rules;
-      rules.write_roots.push_back(ResolveJobPath(options_.work_dir, assignment.run_area()));
-      rules.read_roots.push_back(options_.work_dir);
-      if (!options_.shared_dir.empty()) rules.read_roots.push_back(options_.shared_dir);
+      rules.write_roots.push_back(JobArea(paths_policy));
+      rules.read_roots = JobReadRoots(paths_policy);
       confinement.emplace(std::move(rules));
     }
     return RunTraining(*spec, train_options, &observer);

@@ -9,12 +9,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics_http_server.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "worker/agent/metrics_http_server.h"
 #include "worker/train/trainer.h"
 
 namespace sbp {

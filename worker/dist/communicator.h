@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 
@@ -17,19 +18,36 @@ namespace sbp {
 
 enum class ReduceOp { kSum, kMax };
 
+// A point in the order of the compute queue (a recorded event on a GPU).
+class ComputeMark {
+ public:
+  virtual ~ComputeMark() = default;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
+  // Marks how far the compute queue has been issued, on the thread that
+  // issues compute. A collective given the mark waits for the compute issued
+  // before it and no more: ZeRO-2 hands layer l's reduce-scatter to its
+  // communication thread while layer l-1's backward is still being issued,
+  // and must not wait for that. Null where buffers are host memory (Gloo):
+  // there the compute that filled a buffer is done when it is handed over.
+  virtual std::shared_ptr<const ComputeMark> MarkCompute() { return nullptr; }
+
   // `data` holds world_size() chunks of `chunk` floats. Afterwards chunk
   // rank() of `data` holds the element-wise sum of every rank's chunk rank();
   // the other chunks are clobbered (they are the ring's working space). With
   // `accumulator` (`chunk` floats in the same memory as `data`) the sum is
   // also added to it, on the communicator's side (its stream on a GPU), so
-  // the caller never touches the result: accumulator += sum.
-  virtual absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator) = 0;
+  // the caller never touches the result: accumulator += sum. With `after`
+  // (from MarkCompute) the collective waits for the compute issued before
+  // the mark; without it, for all compute issued before this call.
+  virtual absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator,
+                                        const ComputeMark* after) = 0;
 
   // `data` holds world_size() chunks of `chunk_bytes` bytes (any element
   // type: f32 master weights, bf16 compute weights); chunk r comes from rank

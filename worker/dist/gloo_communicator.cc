@@ -95,7 +95,8 @@ absl::Status GlooCommunicator::Guard(const char* what, Body&& body) {
 // to rank r + 1 and receives chunk (r - s - 2) from rank r - 1, adding it to
 // its own copy. Chunk c thus travels r+1 -> r+2 -> ... collecting one
 // contribution per hop and is complete when it reaches rank c.
-absl::Status GlooCommunicator::ReduceScatterSum(float* data, int64_t chunk, float* accumulator) {
+absl::Status GlooCommunicator::ReduceScatterSum(float* data, int64_t chunk, float* accumulator,
+                                                const ComputeMark* /*after*/) {
   RETURN_IF_ERROR(RingReduceScatter(data, chunk));
   if (accumulator != nullptr) {
     const float* mine = data + static_cast<int64_t>(rank()) * chunk;

@@ -44,7 +44,8 @@ class GlooCommunicator final : public Communicator {
 
   int rank() const override;
   int world_size() const override;
-  absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator) override;
+  absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator,
+                                const ComputeMark* after) override;
   absl::Status AllGather(void* data, int64_t chunk_bytes) override;
   absl::Status AllReduce(double* data, int64_t count, ReduceOp op) override;
   absl::Status Broadcast(void* data, int64_t bytes, int root) override;

@@ -49,6 +49,7 @@ struct NcclCommunicator::Impl {
   double* staging = nullptr;  // device buffer for host all-reduces
   int64_t staging_count = 0;
   bool broken = false;
+  int64_t aborts = 0;  // times Fail aborted the communicator (tests read it)
 };
 
 NcclCommunicator::NcclCommunicator(const NcclOptions& options)
@@ -78,6 +79,9 @@ NcclCommunicator::~NcclCommunicator() {
   if (impl_->done != nullptr) cudaEventDestroy(impl_->done);
   if (impl_->stream != nullptr) cudaStreamDestroy(impl_->stream);
 }
+
+bool NcclCommunicator::broken() const { return impl_->broken; }
+int64_t NcclCommunicator::aborts() const { return impl_->aborts; }
 
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
     gloo::rendezvous::Store& store, const NcclOptions& options) {
@@ -148,7 +152,51 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Connect(
   return self;
 }
 
+// The compute-queue mark of a CUDA rank: an event recorded on the compute
+// stream, destroyed with the mark (a pending event may be destroyed: CUDA
+// releases it once it completes).
+struct NcclComputeMark final : ComputeMark {
+  cudaEvent_t event = nullptr;
+  ~NcclComputeMark() override {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
+std::shared_ptr<const ComputeMark> NcclCommunicator::MarkCompute() {
+  auto mark = std::make_shared<NcclComputeMark>();
+  // Without an event the collective falls back to waiting for all compute
+  // issued before it starts (correct, only less overlap).
+  if (cudaSetDevice(options_.device) != cudaSuccess ||
+      cudaEventCreateWithFlags(&mark->event, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    mark->event = nullptr;
+    return nullptr;
+  }
+  if (cudaEventRecord(mark->event, static_cast<cudaStream_t>(options_.compute_stream)) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return mark;
+}
+
+absl::Status NcclCommunicator::Fail(absl::Status status) {
+  // The one way out of a collective that was (or may have been) enqueued: a
+  // collective that failed or timed out may still be running on the stream,
+  // so abort the communicator (NCCL's kernels stop), then drain the stream,
+  // then mark it broken. Only then may the caller release or reuse buffers.
+  Impl& impl = *impl_;
+  if (impl.comm != nullptr) ncclCommAbort(impl.comm);
+  impl.comm = nullptr;
+  (void)cudaStreamSynchronize(impl.stream);
+  (void)cudaGetLastError();
+  impl.broken = true;
+  ++impl.aborts;
+  return status;
+}
+
 absl::Status NcclCommunicator::Launch(const char* what, bool after_compute,
+                                      const ComputeMark* after,
                                       const std::function<int(void* stream)>& enqueue) {
   Impl& impl = *impl_;
   const std::string where = absl::StrCat(what, " on rank ", rank(), " of ", world_size());
@@ -157,69 +205,67 @@ absl::Status NcclCommunicator::Launch(const char* what, bool after_compute,
         absl::StrCat(where, ": an earlier collective failed; the communicator is unusable"));
   }
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+  // The event that says this rank's own compute (the part the collective
+  // reads) is done: the caller's mark, or one recorded now.
+  cudaEvent_t ready = nullptr;
   if (after_compute) {
-    auto compute = static_cast<cudaStream_t>(options_.compute_stream);
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.ready, compute), "cudaEventRecord"));
-    RETURN_IF_ERROR(
-        CudaStatus(cudaStreamWaitEvent(impl.stream, impl.ready, 0), "cudaStreamWaitEvent"));
+    const auto* mark = dynamic_cast<const NcclComputeMark*>(after);
+    if (mark != nullptr && mark->event != nullptr) {
+      ready = mark->event;
+    } else {
+      auto compute = static_cast<cudaStream_t>(options_.compute_stream);
+      RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.ready, compute), "cudaEventRecord"));
+      ready = impl.ready;
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(impl.stream, ready, 0), "cudaStreamWaitEvent"));
   }
+  // From here on NCCL may hold the buffers: every failure goes through Fail.
   auto r = static_cast<ncclResult_t>(enqueue(impl.stream));
   // On a non-blocking communicator the collective may still be being
   // enqueued: the completion event must be recorded only once it is on the
   // stream, or the event would complete before the collective runs.
   if (r == ncclInProgress) r = WaitWhileInProgress(impl.comm, Clock::now() + options_.timeout);
+  if (r == ncclSuccess && options_.fail_after_enqueue_for_testing) r = ncclInProgress;
   if (r == ncclInProgress) {
-    impl.broken = true;
-    return absl::DeadlineExceededError(
-        absl::StrCat(where, ": NCCL did not enqueue it within ", options_.timeout.count(), " ms"));
+    return Fail(absl::DeadlineExceededError(
+        absl::StrCat(where, ": NCCL did not enqueue it within ", options_.timeout.count(), " ms")));
   }
-  if (r != ncclSuccess) {
-    impl.broken = true;
-    return absl::UnavailableError(absl::StrCat(where, ": ", NcclText(r)));
+  if (r != ncclSuccess) return Fail(absl::UnavailableError(absl::StrCat(where, ": ", NcclText(r))));
+  if (const cudaError_t e = cudaEventRecord(impl.done, impl.stream); e != cudaSuccess) {
+    return Fail(absl::InternalError(
+        absl::StrCat(where, ": cudaEventRecord after the collective: ", cudaGetErrorString(e))));
   }
-  RETURN_IF_ERROR(CudaStatus(cudaEventRecord(impl.done, impl.stream), "cudaEventRecord"));
-  // A collective that failed or timed out may still be running on the
-  // stream: abort the communicator before returning, so that NCCL stops
-  // touching buffers the caller is about to release or reuse.
-  auto fail = [&](absl::Status status) {
-    impl.broken = true;
-    ncclCommAbort(impl.comm);
-    impl.comm = nullptr;
-    (void)cudaStreamSynchronize(impl.stream);
-    (void)cudaGetLastError();
-    return status;
-  };
   // The peers are given the timeout from when this rank's own queued work is
   // done (the compute the collective waits for may take longer than that).
-  auto deadline = after_compute ? Clock::time_point::max() : Clock::now() + options_.timeout;
+  auto deadline = ready != nullptr ? Clock::time_point::max() : Clock::now() + options_.timeout;
   while (true) {
     const cudaError_t q = cudaEventQuery(impl.done);
     if (q == cudaSuccess) break;
     if (q != cudaErrorNotReady) {
-      return fail(absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(q))));
+      return Fail(absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(q))));
     }
     // "Not ready" is recorded as this thread's last CUDA error: clear it, or
     // the next kernel launch's check (cudaGetLastError) would take it for a
     // failed launch.
     (void)cudaGetLastError();
     if (deadline == Clock::time_point::max()) {
-      const cudaError_t own = cudaEventQuery(impl.ready);
+      const cudaError_t own = cudaEventQuery(ready);
       if (own == cudaSuccess) {
         deadline = Clock::now() + options_.timeout;
       } else if (own == cudaErrorNotReady) {
         (void)cudaGetLastError();
       } else {
-        return fail(absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(own))));
+        return Fail(absl::InternalError(absl::StrCat(where, ": ", cudaGetErrorString(own))));
       }
     }
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(impl.comm, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
-      return fail(
+      return Fail(
           absl::UnavailableError(absl::StrCat(where, ": a peer failed: ", NcclText(async))));
     }
     if (Clock::now() > deadline) {
-      return fail(absl::DeadlineExceededError(
+      return Fail(absl::DeadlineExceededError(
           absl::StrCat(where, ": a peer did not answer within ", options_.timeout.count(), " ms")));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -227,18 +273,21 @@ absl::Status NcclCommunicator::Launch(const char* what, bool after_compute,
   return absl::OkStatus();
 }
 
-absl::Status NcclCommunicator::ReduceScatterSum(float* data, int64_t chunk, float* accumulator) {
+absl::Status NcclCommunicator::ReduceScatterSum(float* data, int64_t chunk, float* accumulator,
+                                                const ComputeMark* after) {
   if (chunk == 0) return absl::OkStatus();
   // In place: the output is chunk rank() of the input, as NCCL allows. The
   // accumulation runs on the same stream right after it, so the result never
   // makes a trip through the host or the compute stream.
   float* out = data + static_cast<int64_t>(rank()) * chunk;
-  return Launch("reduce-scatter", /*after_compute=*/true, [&](void* stream) {
+  return Launch("reduce-scatter", /*after_compute=*/true, after, [&](void* stream) {
     auto s = static_cast<cudaStream_t>(stream);
     ncclResult_t r = ncclReduceScatter(data, out, static_cast<size_t>(chunk), ncclFloat, ncclSum,
                                        impl_->comm, s);
     // The addition must follow the collective on the stream: wait until
-    // NCCL has really enqueued it.
+    // NCCL has really enqueued it. Still in progress after the timeout is
+    // returned as is: Launch then aborts the communicator (Fail) before the
+    // caller may reuse `data`.
     if (r == ncclInProgress && accumulator != nullptr) {
       r = WaitWhileInProgress(impl_->comm, Clock::now() + options_.timeout);
     }
@@ -253,7 +302,7 @@ absl::Status NcclCommunicator::ReduceScatterSum(float* data, int64_t chunk, floa
 absl::Status NcclCommunicator::AllGather(void* data, int64_t chunk_bytes) {
   if (chunk_bytes == 0) return absl::OkStatus();
   const char* in = static_cast<const char*>(data) + static_cast<int64_t>(rank()) * chunk_bytes;
-  return Launch("all-gather", /*after_compute=*/true, [&](void* stream) {
+  return Launch("all-gather", /*after_compute=*/true, /*after=*/nullptr, [&](void* stream) {
     return static_cast<int>(ncclAllGather(in, data, static_cast<size_t>(chunk_bytes), ncclChar,
                                           impl_->comm, static_cast<cudaStream_t>(stream)));
   });
@@ -273,21 +322,25 @@ absl::Status NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp o
   // collective that reads it (the legacy default stream would not order it
   // against a non-blocking stream); the download waits for the stream.
   // Host values: nothing on the compute stream to wait for.
-  RETURN_IF_ERROR(Launch("all-reduce", /*after_compute=*/false, [&](void* stream) {
-    auto s = static_cast<cudaStream_t>(stream);
-    if (cudaMemcpyAsync(impl.staging, data, count * sizeof(double), cudaMemcpyHostToDevice, s) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      return static_cast<int>(ncclUnhandledCudaError);
-    }
-    return static_cast<int>(ncclAllReduce(impl.staging, impl.staging, static_cast<size_t>(count),
-                                          ncclDouble, op == ReduceOp::kSum ? ncclSum : ncclMax,
-                                          impl.comm, s));
-  }));
-  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(data, impl.staging, count * sizeof(double),
-                                             cudaMemcpyDeviceToHost, impl.stream),
-                             "cudaMemcpyAsync"));
-  return CudaStatus(cudaStreamSynchronize(impl.stream), "cudaStreamSynchronize");
+  RETURN_IF_ERROR(
+      Launch("all-reduce", /*after_compute=*/false, /*after=*/nullptr, [&](void* stream) {
+        auto s = static_cast<cudaStream_t>(stream);
+        if (cudaMemcpyAsync(impl.staging, data, count * sizeof(double), cudaMemcpyHostToDevice,
+                            s) != cudaSuccess) {
+          cudaGetLastError();
+          return static_cast<int>(ncclUnhandledCudaError);
+        }
+        return static_cast<int>(
+            ncclAllReduce(impl.staging, impl.staging, static_cast<size_t>(count), ncclDouble,
+                          op == ReduceOp::kSum ? ncclSum : ncclMax, impl.comm, s));
+      }));
+  const absl::Status copied = CudaStatus(cudaMemcpyAsync(data, impl.staging, count * sizeof(double),
+                                                         cudaMemcpyDeviceToHost, impl.stream),
+                                         "all-reduce: cudaMemcpyAsync");
+  if (!copied.ok()) return Fail(copied);
+  const absl::Status synced =
+      CudaStatus(cudaStreamSynchronize(impl.stream), "all-reduce: cudaStreamSynchronize");
+  return synced.ok() ? synced : Fail(synced);
 }
 
 absl::Status NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
@@ -295,7 +348,7 @@ absl::Status NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));
   }
   if (bytes == 0) return absl::OkStatus();
-  return Launch("broadcast", /*after_compute=*/true, [&](void* stream) {
+  return Launch("broadcast", /*after_compute=*/true, /*after=*/nullptr, [&](void* stream) {
     return static_cast<int>(ncclBroadcast(data, data, static_cast<size_t>(bytes), ncclChar, root,
                                           impl_->comm, static_cast<cudaStream_t>(stream)));
   });

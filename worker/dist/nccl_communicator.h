@@ -25,6 +25,10 @@ struct NcclOptions {
   int device = 0;                  // CUDA device index of this rank
   void* compute_stream = nullptr;  // cudaStream_t the engine computes on (null: default)
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
+  // Tests only: every collective, once really enqueued, is treated as an
+  // enqueue failure (as NCCL answering an error, or still in progress past
+  // the timeout, would be), to reach the failure path on one device.
+  bool fail_after_enqueue_for_testing = false;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -35,25 +39,37 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return options_.rank; }
   int world_size() const override { return options_.world_size; }
-  absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator) override;
+  absl::Status ReduceScatterSum(float* data, int64_t chunk, float* accumulator,
+                                const ComputeMark* after) override;
   absl::Status AllGather(void* data, int64_t chunk_bytes) override;
   // `data` is a host array here (counts and norms); it is staged through a
   // small device buffer.
   absl::Status AllReduce(double* data, int64_t count, ReduceOp op) override;
   absl::Status Broadcast(void* data, int64_t bytes, int root) override;
   absl::Status Barrier() override;
+  std::shared_ptr<const ComputeMark> MarkCompute() override;
+
+  // Whether a failed collective has made the communicator unusable, and how
+  // many times it was aborted on the way (tests: a failure after the enqueue
+  // must abort before the caller reuses its buffers).
+  bool broken() const;
+  int64_t aborts() const;
 
  private:
   struct Impl;
   explicit NcclCommunicator(const NcclOptions& options);
   // Orders the comm stream after the compute stream when the collective
-  // reads device data that compute produces (`after_compute`), runs `enqueue`
-  // (which queues NCCL work on the given stream and returns an
+  // reads device data that compute produces (`after_compute`: after the
+  // `after` mark, or after all compute issued so far without one), runs
+  // `enqueue` (which queues NCCL work on the given stream and returns an
   // ncclResult_t), then waits for it within the timeout. The timeout counts
-  // from when this rank's queued compute is done, so that a long queued
+  // from when this rank's awaited compute is done, so that a long queued
   // forward pass is not taken for a peer that does not answer.
-  absl::Status Launch(const char* what, bool after_compute,
+  absl::Status Launch(const char* what, bool after_compute, const ComputeMark* after,
                       const std::function<int(void* stream)>& enqueue);
+  // Aborts the communicator, drains its stream and marks it broken; returns
+  // `status`. Every failure once a collective may have been enqueued.
+  absl::Status Fail(absl::Status status);
 
   NcclOptions options_;
   std::unique_ptr<Impl> impl_;

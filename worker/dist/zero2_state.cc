@@ -105,9 +105,14 @@ void Zero2State::QueueReduceScatter(int group, GroupBuffer buffer) {
   float* owned = grad_[group].data<float>();
   Tensor data = std::move(buffer.tensor);
   // The communicator adds the reduced chunk into the owned gradient shard
-  // itself (on its stream on a GPU): gradients accumulate over passes.
-  const int64_t ticket = executor_.Submit([this, data, shard, owned]() -> absl::Status {
-    return comm_.ReduceScatterSum(data.data<float>(), shard, owned);
+  // itself (on its stream on a GPU): gradients accumulate over passes. The
+  // mark is taken here, on the compute thread, when the group's last
+  // gradient has been issued: the collective then waits for that compute
+  // only, not for the next layer's backward issued before the
+  // communication thread reaches it.
+  std::shared_ptr<const ComputeMark> ready = comm_.MarkCompute();
+  const int64_t ticket = executor_.Submit([this, data, shard, owned, ready]() -> absl::Status {
+    return comm_.ReduceScatterSum(data.data<float>(), shard, owned, ready.get());
   });
   if (buffer.slot >= 0) cache_ticket_[buffer.slot] = ticket;
 }
@@ -164,6 +169,8 @@ absl::StatusOr<int> Zero2State::FinishBackward() {
 absl::StatusOr<double> Zero2State::GlobalGradNorm() {
   double sum = 0;
   for (const Tensor& g : grad_) sum += backend_.SumSquares(g);
+  // Void (not a divergence) when a sum found no device memory for its partials.
+  RETURN_IF_ERROR(backend_.TakeDeferredError());
   RETURN_IF_ERROR(executor_.Run([&] { return comm_.AllReduce(&sum, 1, ReduceOp::kSum); }));
   return std::sqrt(sum);
 }

@@ -161,6 +161,7 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
                                        const Tensor& targets, TokenLoss& loss,
                                        const Tensor* doc_offsets) {
   CheckSequence(ids, targets);
+  RETURN_IF_ERROR(CheckInterrupt());
   Backend& b = backend_;
   const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/false);
   const int64_t T = plan.tokens, H = config_.hidden_size;
@@ -187,14 +188,19 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
       std::swap(x, y);
     }
   }
-  return HeadForwardBackward(weights, x, targets, loss, plan.logits_chunk, nullptr, nullptr,
-                             Tensor());
+  ASSIGN_OR_RETURN(const double total,
+                   HeadForwardBackward(weights, x, targets, loss, plan.logits_chunk, nullptr,
+                                       nullptr, Tensor()));
+  // An op that found no memory for its scratch did nothing: the loss is void.
+  RETURN_IF_ERROR(b.TakeDeferredError());
+  return total;
 }
 
 absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, const Tensor& ids,
                                                const Tensor& targets, TokenLoss& loss,
                                                ModelTensors& grads, const Tensor* doc_offsets) {
   CheckSequence(ids, targets);
+  RETURN_IF_ERROR(CheckInterrupt());
   Backend& b = backend_;
   const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/true);
   const int64_t T = plan.tokens, H = config_.hidden_size;
@@ -254,6 +260,9 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
                                        &d_hidden, &grads, discard));
   // Layer inputs above the one being differentiated are no longer needed.
   hidden[L] = Tensor();
+  // Before a group's gradients leave (a reduce-scatter under ZeRO-2): an op
+  // that found no memory for its scratch did nothing, so they are void.
+  RETURN_IF_ERROR(b.TakeDeferredError());
   if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(final_group));
 
   ASSIGN_OR_RETURN(KvGrads kv_grads, KvGrads::Allocate(b, config_, T));
@@ -298,10 +307,13 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
       acts[l] = ChunkActivations();
     }
     if (l > 0) hidden[l] = Tensor();
+    RETURN_IF_ERROR(b.TakeDeferredError());
+    RETURN_IF_ERROR(CheckInterrupt());
     if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(1 + l));
   }
   if (sink_ != nullptr && !config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
   if (grads.embed.defined()) b.EmbeddingBackward(ids, d_hidden, grads.embed);
+  RETURN_IF_ERROR(b.TakeDeferredError());
   if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(0));
   return total;
 }

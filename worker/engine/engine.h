@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -119,6 +120,13 @@ class Engine {
   // gradient memory and takes it back when the group is complete.
   void set_gradient_sink(GradientSink* sink) { sink_ = sink; }
 
+  // Asked before every sequence (Forward, ForwardBackward) and after every
+  // layer of a backward: an error ends the pass at once with it. A run that
+  // was cancelled answers CANCELLED, so that a step of a million sequences
+  // (or one of a million tokens) ends within a sequence or a layer.
+  using InterruptCheck = std::function<absl::Status()>;
+  void set_interrupt(InterruptCheck check) { interrupt_ = std::move(check); }
+
   const EngineOptions& options() const { return options_; }
   const ModelConfig& config() const { return config_; }
   Backend& backend() const { return backend_; }
@@ -134,6 +142,9 @@ class Engine {
   Backend& backend_;
   EngineOptions options_;
   GradientSink* sink_ = nullptr;
+  InterruptCheck interrupt_;
+
+  absl::Status CheckInterrupt() const { return interrupt_ ? interrupt_() : absl::OkStatus(); }
 };
 
 }  // namespace sbp

@@ -44,9 +44,10 @@
 // gradients in `gradient_precision`; 256-byte allocation rounding; token ids
 // and targets on the device; a 32 MiB cuBLAS workspace from the allocator;
 // the CUDA context (600 MiB) and NCCL buffers (256 MiB, N > 1), which count
-// against the device's memory but not the allocator's. Not modelled: the
-// CUDA kernels' transient O(chunk) scratch (matmul operands rounded to bf16,
-// attention and cross-entropy partials).
+// against the device's memory but not the allocator's; and `kernel_scratch`,
+// the largest transient scratch one CUDA op takes in the phase (f32 matmul
+// operands rounded to bf16, the attention delta, norm and cross-entropy
+// partials; planner_terms.cc).
 //
 // Packed sequences (packed_documents > 1) hold the same buffers as one
 // sequence of seq_len tokens: K/V, chunks and logits do not depend on where

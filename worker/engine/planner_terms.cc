@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/allocator.h"
+#include "kernels/cuda_scratch_sizes.h"
 #include "worker/engine/lora_store.h"
 
 namespace sbp::planner {
@@ -123,6 +124,7 @@ StepShape ShapeOf(const PlanRequest& r) {
   s.layer_group = GroupElements(s.layer_numel, s.N);
   s.final_group = GroupElements(s.final_numel, s.N);
   s.qk_norm = c.qk_norm;
+  s.attention_bias = c.attention_bias;
   s.tied = c.tie_word_embeddings;
   s.reference = r.reference_model.value_or(r.objective != PlanObjective::kSft);
   s.objective_scratch = r.objective != PlanObjective::kSft;
@@ -273,6 +275,42 @@ void AddChunk(Ledger& ledger, const StepShape& s, int64_t sets) {
 
 }  // namespace
 
+namespace {
+
+// The CUDA kernels' transient scratch (CudaBackend::Scratch): taken by one op
+// and freed when it returns, so a phase's peak holds its largest one.
+//   layer_backward: the f32 dK/dV rows [C, kv] rounded to bf16 before they
+//     meet the bf16 k/v projection weights (bf16 only; C = T outside stream
+//     mode: 256 MiB at 128k for a kv of 1024), the attention delta [C, Hq]
+//     f32, and the column partials of the RMSNorm (and q/k/v bias) weight
+//     gradients (ColumnGroups(rows, cols) x cols f32);
+//   lm_head: the cross-entropy row losses 2 (LC + 1) f32 and the final
+//     norm's column partials;
+//   embedding_backward: the token ids sorted into runs of equal ids, with
+//     CUB's storage (EmbeddingBackwardScratchBound: 48 bytes a token + 4 MiB).
+int64_t LargestKernelScratch(const StepShape& s, Phase phase) {
+  auto column_partials = [](int64_t rows, int64_t cols) {
+    return int64_t{cuda::ColumnGroups(rows, cols)} * cols * kF32;
+  };
+  int64_t largest = 0;
+  auto consider = [&](int64_t bytes) { largest = std::max(largest, bytes); };
+  if (phase == Phase::kLayerBackward) {
+    if (s.act_bytes == 2) consider(s.C * s.kv * 2);
+    consider(s.C * s.Hq * kF32);
+    consider(column_partials(s.C, s.H));
+    if (s.qk_norm) consider(column_partials(s.C * s.Hq, s.q / s.Hq));
+    if (s.attention_bias) consider(column_partials(s.C, s.q));
+  } else if (phase == Phase::kLmHead) {
+    consider(2 * (s.LC + 1) * kF32);
+    consider(column_partials(s.LC, s.H));
+  } else {
+    consider(cuda::EmbeddingBackwardScratchBound(s.T));  // the ids sorted into runs
+  }
+  return largest;
+}
+
+}  // namespace
+
 Ledger PhaseActivations(const StepShape& s, Phase phase) {
   Ledger ledger(s.alignment);
   const int64_t layer_inputs = phase == Phase::kLmHead          ? s.L + 1
@@ -310,6 +348,10 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
     ledger.SetDetail("objective_scratch", absl::StrCat("3 x [", s.T, "] f32"));
   }
   if (s.cuda) {
+    if (const int64_t scratch = LargestKernelScratch(s, phase); scratch > 0) {
+      ledger.Add("kernel_scratch", 1, scratch, 1);
+      ledger.SetDetail("kernel_scratch", "the largest CUDA op scratch of the phase");
+    }
     ledger.Add("token_ids", 2, s.T, 4);
     ledger.SetDetail("token_ids", absl::StrCat("2 x [", s.T, "] i32"));
     if (s.documents > 1) {

@@ -58,6 +58,7 @@ struct StepShape {
   // The same groups unpadded (the reference model's store).
   int64_t embed_numel = 0, layer_numel = 0, final_numel = 0;
   bool qk_norm = false, tied = false, keep_all = false, stream = false;
+  bool attention_bias = false;  // q/k/v biases (their gradients take column partials)
   bool cuda = false;
   bool reference = false, objective_scratch = false;
   int64_t documents = 0;  // packed documents per sequence (0: none)

@@ -18,6 +18,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/byte_size.h"
 #include "common/input_limits.h"
 #include "common/status_macros.h"
@@ -444,6 +445,29 @@ absl::Status ReadString(const Reader& r, const Block& b, absl::string_view key, 
   return absl::OkStatus();
 }
 
+// A file system path: a string (ReadString) whose components fit the file
+// system's limits (NAME_MAX 255 bytes each, PATH_MAX 4096 in all) and hold
+// no NUL byte, so that a path no system call can take is bad input here,
+// naming the field, and not a storage error (retried) when the run opens it.
+absl::Status ReadPath(const Reader& r, const Block& b, absl::string_view key, std::string& out) {
+  RETURN_IF_ERROR(ReadString(r, b, key, out));
+  if (out.find('\0') != std::string::npos) {
+    return r.Error(b.Path(key), "must not hold a NUL byte");
+  }
+  if (out.size() >= 4096) {
+    return r.Error(b.Path(key),
+                   absl::StrCat("is ", out.size(), " bytes long; a path is at most 4095 bytes"));
+  }
+  for (absl::string_view part : absl::StrSplit(out, '/')) {
+    if (part.size() > 255) {
+      return r.Error(b.Path(key),
+                     absl::StrCat("has a component of ", part.size(), " bytes ('",
+                                  part.substr(0, 16), "...'); a file name is at most 255 bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 template <typename Enum>
 absl::Status ReadEnum(const Reader& r, const Block& b, absl::string_view key,
                       const std::vector<std::pair<absl::string_view, Enum>>& options, Enum& out) {
@@ -499,10 +523,10 @@ absl::Status Required(const Reader& r, const Block& top, absl::string_view key) 
 
 // `data:` a file name, or {path: FILE, packing: BOOL} (packing: SFT only).
 absl::Status ReadData(const Reader& r, const Block& top, JobSpec& s) {
-  if (!top.Get("data").IsMap()) return ReadString(r, top, "data", s.data);
+  if (!top.Get("data").IsMap()) return ReadPath(r, top, "data", s.data);
   ASSIGN_OR_RETURN(Block db, Block::Make(r, top.Get("data"), "data"));
   if (!db.Has("path")) return r.Error("data", "missing required field 'path' (the token file)");
-  RETURN_IF_ERROR(ReadString(r, db, "path", s.data));
+  RETURN_IF_ERROR(ReadPath(r, db, "path", s.data));
   RETURN_IF_ERROR(ReadBool(r, db, "packing", s.data_packing));
   if (s.data_packing && s.objective != Objective::kSft) {
     return r.Error("data.packing", absl::StrCat("packs SFT examples; objective ",
@@ -521,7 +545,7 @@ absl::Status ReadEval(const Reader& r, const Block& eb, Objective objective, Eva
   if (!eb.Has("data")) {
     return r.Error("eval", "missing required field 'data' (the validation token file)");
   }
-  RETURN_IF_ERROR(ReadString(r, eb, "data", eval.data));
+  RETURN_IF_ERROR(ReadPath(r, eb, "data", eval.data));
   if (eval.data.empty()) return r.Error(eb.Path("data"), "must name a file");
   if (objective != Objective::kSft) {
     return r.Error("eval", absl::StrCat("the validation loss is the causal-LM loss of SFT data; "
@@ -590,7 +614,7 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
                               kMaxNameLength, " characters"),
                  top.Get("name"));
   }
-  RETURN_IF_ERROR(ReadString(r, top, "model", s.model));
+  RETURN_IF_ERROR(ReadPath(r, top, "model", s.model));
   RETURN_IF_ERROR(ReadEnum<Objective>(
       r, top, "objective",
       {{"sft", Objective::kSft}, {"dpo", Objective::kDpo}, {"grpo", Objective::kGrpo}},
@@ -673,7 +697,7 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   // dpo, grpo: always read, so that their defaults are filled in.
   ASSIGN_OR_RETURN(Block db, Block::Make(r, top.Get("dpo"), "dpo"));
   RETURN_IF_ERROR(ReadNumber(r, db, "beta", Positive, "must be a positive number", s.dpo.beta));
-  RETURN_IF_ERROR(ReadString(r, db, "reference", s.dpo.reference));
+  RETURN_IF_ERROR(ReadPath(r, db, "reference", s.dpo.reference));
   if (s.dpo.reference.empty()) s.dpo.reference = s.model;
 
   ASSIGN_OR_RETURN(Block gb, Block::Make(r, top.Get("grpo"), "grpo"));
@@ -685,7 +709,7 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
       r, gb, "loss",
       {{"grpo", GrpoLoss::kGrpo}, {"bnpo", GrpoLoss::kBnpo}, {"dr_grpo", GrpoLoss::kDrGrpo}},
       s.grpo.loss));
-  RETURN_IF_ERROR(ReadString(r, gb, "reference", s.grpo.reference));
+  RETURN_IF_ERROR(ReadPath(r, gb, "reference", s.grpo.reference));
   if (s.grpo.reference.empty()) s.grpo.reference = s.model;
 
   if (top.Has("lora")) {
@@ -719,8 +743,8 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   ASSIGN_OR_RETURN(Block cb, Block::Make(r, top.Get("checkpoint"), "checkpoint"));
   RETURN_IF_ERROR(
       ReadNonNegativeInt(r, cb, "every_steps", kMaxSpecSteps, s.checkpoint.every_steps));
-  RETURN_IF_ERROR(ReadString(r, cb, "dir", s.checkpoint.dir));  // "": one per job (trainer)
-  RETURN_IF_ERROR(ReadString(r, top, "resume_from", s.resume_from));
+  RETURN_IF_ERROR(ReadPath(r, cb, "dir", s.checkpoint.dir));  // "": one per job (trainer)
+  RETURN_IF_ERROR(ReadPath(r, top, "resume_from", s.resume_from));
   RETURN_IF_ERROR(ReadNonNegativeInt(r, cb, "keep_last", kMaxSpecSteps, s.checkpoint.keep_last));
 
   // Rules between blocks.

@@ -29,7 +29,11 @@ class LocalOptimizerState final : public OptimizerState {
   void ZeroGradients() override { ZeroStore(grads_, backend_); }
   absl::Status FinishBackward() override { return absl::OkStatus(); }
   absl::StatusOr<double> GlobalGradNorm() override {
-    return AdamWOptimizer::GlobalGradNorm(backend_, grads_);
+    const double norm = AdamWOptimizer::GlobalGradNorm(backend_, grads_);
+    // A sum that found no device memory for its partials is void (not a
+    // divergence).
+    RETURN_IF_ERROR(backend_.TakeDeferredError());
+    return norm;
   }
   absl::Status Update(double lr, int64_t step, float grad_scale) override {
     optimizer_.Step(masters(), grads_, lr, step, grad_scale);

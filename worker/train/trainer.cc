@@ -294,6 +294,12 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   ASSIGN_OR_RETURN(const EngineOptions engine_options,
                    ChooseEngineOptions(spec, config, allocator.budget_bytes()));
   Engine engine(config, backend, engine_options);
+  // A cancel reaches a step in progress within a sequence or a layer.
+  const Engine::InterruptCheck interrupt = [observer]() -> absl::Status {
+    if (!observer->AbandonRequested()) return absl::OkStatus();
+    return absl::CancelledError("the run was cancelled during the step; it is abandoned");
+  };
+  engine.set_interrupt(interrupt);
   // LoRA: the base weights stay frozen and the optimizer trains the adapters.
   ASSIGN_OR_RETURN(std::optional<TrainedAdapters> lora,
                    CreateTrainedAdapters(spec.lora, config, backend, compute_dtype, world_size));
@@ -320,8 +326,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
 
   // The run directory: claimed by rank 0 (the ranks share it), which alone
   // writes metrics and commits checkpoints; every rank learns the verdict.
-  const std::string run_dir =
-      RunDirectoryFor(spec, options.job_id, ResolveJobPath(options.base_dir, options.run_area));
+  const std::string run_dir = RunDirectoryFor(spec, options.job_id, options.base_dir);
   std::optional<RunFence> fence;
   absl::Status claimed = absl::OkStatus();
   if (rank == 0) {
@@ -372,6 +377,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   Engine reference_engine(
       config, backend,
       {BackwardMode::kStream, engine_options.chunk_tokens, engine_options.logits_chunk_tokens});
+  reference_engine.set_interrupt(interrupt);
   ModelTensors w = BindModelTensors(weights);
   if (lora) AttachAdapters(lora->compute, w);
   std::optional<ModelTensors> ref_tensors;
@@ -417,10 +423,22 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
       break;
     }
     const auto start = Clock::now();
+    const std::string cursor_before_step = cursor.ToJson();  // an abandoned step takes nothing
     const std::vector<int64_t> indices =
         RankShare(cursor.Next(spec.train.sequences_per_step), rank, world_size);
     optimizer->ZeroGradients();
     absl::StatusOr<ObjectiveStepResult> ran = objective->Run(indices, optimizer->grads());
+    if (ran.status().code() == absl::StatusCode::kCancelled && observer->AbandonRequested()) {
+      // Nothing of this step is kept: the weights are those of the last
+      // finished step, and its examples go back to the data cursor, so that
+      // the checkpoint written below resumes exactly after that step.
+      LOG(INFO) << spec.name << ": step " << step << " abandoned: " << ran.status().message();
+      ASSIGN_OR_RETURN(
+          cursor, DataCursor::FromJson(cursor_before_step, dataset.size(),
+                                       static_cast<uint64_t>(spec.train.seed), spec.train.shuffle));
+      summary.stopped_early = true;
+      break;
+    }
     if (!ran.ok()) {
       return WithMemoryPlan(ran.status(), spec, config, engine_options, allocator.budget_bytes());
     }

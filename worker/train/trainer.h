@@ -71,6 +71,11 @@ class TrainingObserver {
   // Polled before every step; true ends the run cleanly after the current
   // step (a checkpoint is written).
   virtual bool StopRequested() { return false; }
+  // Polled before every sequence and after every layer of a backward: true
+  // abandons the step at once, writing nothing (the run was cancelled or is
+  // over at the coordinator), so that a step of any size ends within a
+  // sequence or a layer. The run then ends as stopped early.
+  virtual bool AbandonRequested() { return false; }
   // Asked before every step and before every write (metrics line,
   // checkpoint): an error — this attempt's lease lapsed — ends the run at
   // once, writing nothing more.
@@ -78,15 +83,15 @@ class TrainingObserver {
 };
 
 struct TrainOptions {
-  std::string base_dir = ".";  // relative paths in the spec resolve against it
+  // Relative paths in the spec resolve against it: the owner's area on a
+  // shared coordinator (worker/train/job_paths.h), the current directory for
+  // `sbp train`.
+  std::string base_dir = ".";
   // The job and attempt this run is (run_directory.h): the run directory
-  // defaults to runs/<job_id>, and the attempt is the run's fencing token.
-  // Empty and 0 for a local run (`sbp train`).
+  // defaults to <base_dir>/runs/<job_id>, and the attempt is the run's
+  // fencing token. Empty and 0 for a local run (`sbp train`).
   std::string job_id;
   int64_t attempt = 0;
-  // The part of base_dir the default run directory goes in ("alice/"): the
-  // run directory then is <run_area>runs/<job_id>.
-  std::string run_area;
   // The device this process trains on ("cpu", "cuda:N"); its kind must be
   // the job's resources.device.
   std::string device = "cpu";

@@ -71,7 +71,7 @@ TEST(CollectivesFailureTest, DeadPeerFailsTheCollective) {
     if (!(*connected)->Barrier().ok()) return 6;
     if (rank == 1) _exit(0);  // leaves without taking part
     std::vector<float> data(2000, 1.0f);
-    const absl::Status s = (*connected)->ReduceScatterSum(data.data(), 1000, nullptr);
+    const absl::Status s = (*connected)->ReduceScatterSum(data.data(), 1000, nullptr, nullptr);
     if (s.ok()) return 3;
     std::fprintf(stderr, "survivor: %s\n", s.ToString().c_str());
     if (s.message().find("reduce-scatter") == absl::string_view::npos) return 4;

@@ -53,7 +53,8 @@ inline int CheckCommunicatorContract(Communicator& comm, ContractMemory& memory)
     for (bool accumulate : {false, true}) {
       memory.Upload(values, data);
       memory.Upload(std::vector<float>(static_cast<size_t>(chunk), 0.5f), accumulator);
-      const absl::Status s = comm.ReduceScatterSum(data, chunk, accumulate ? accumulator : nullptr);
+      const absl::Status s = comm.ReduceScatterSum(data, chunk, accumulate ? accumulator : nullptr,
+                                                   /*after=*/nullptr);
       CONTRACT_CHECK(s.ok(), "reduce-scatter: %s", s.ToString().c_str());
       const std::vector<float> got = memory.Download(data + rank * chunk, chunk);
       const std::vector<float> acc = memory.Download(accumulator, chunk);

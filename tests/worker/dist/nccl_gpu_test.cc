@@ -5,10 +5,12 @@
 // CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "gloo/rendezvous/file_store.h"
@@ -86,6 +88,80 @@ TEST(NcclGpuTest, CollectivesAcrossAllDevices) {
   const std::vector<int> codes = dist_testing::RunRankProcesses(
       devices, [&](int rank) { return RankBody(dir, rank, devices); });
   for (int r = 0; r < devices; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// A collective that fails once enqueued (injected: one device cannot have a
+// peer that stays away) goes through the abort path before returning: the
+// communicator is aborted, its stream drained, and the buffer the collective
+// wrote can be freed and reused at once without a fault.
+TEST(NcclGpuTest, FailureAfterEnqueueAbortsBeforeReturning) {
+  if (CountDevicesInChild() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = train_testing::MakeTempDir("nccl-enqueue-failure");
+  const std::vector<int> codes = dist_testing::RunRankProcesses(1, [&](int) -> int {
+    gloo::rendezvous::FileStore files(dir);
+    gloo::rendezvous::PrefixStore store("nccl", files);
+    NcclOptions options;
+    options.timeout = std::chrono::seconds(10);
+    options.fail_after_enqueue_for_testing = true;
+    auto comm = NcclCommunicator::Connect(store, options);
+    if (!comm.ok()) return 2;
+    const int64_t n = int64_t{1} << 24;  // 64 MiB: a collective that takes a while
+    float* data = nullptr;
+    if (cudaMalloc(&data, n * sizeof(float)) != cudaSuccess) return 3;
+    const absl::Status s = (*comm)->ReduceScatterSum(data, n, nullptr, nullptr);
+    if (s.ok() || s.message().find("reduce-scatter") == absl::string_view::npos) return 4;
+    if ((*comm)->aborts() != 1 || !(*comm)->broken()) return 5;
+    // Nothing may still write into `data`: free it, reuse the memory, check.
+    if (cudaFree(data) != cudaSuccess) return 6;
+    float* reused = nullptr;
+    if (cudaMalloc(&reused, n * sizeof(float)) != cudaSuccess) return 7;
+    if (cudaMemset(reused, 0, n * sizeof(float)) != cudaSuccess) return 8;
+    if (cudaDeviceSynchronize() != cudaSuccess) return 9;
+    std::vector<float> back(1024, 1.0f);
+    if (cudaMemcpy(back.data(), reused, back.size() * sizeof(float), cudaMemcpyDeviceToHost) !=
+        cudaSuccess) {
+      return 10;
+    }
+    for (float v : back) {
+      if (v != 0.0f) return 11;
+    }
+    cudaFree(reused);
+    // Unusable afterwards, and says so.
+    if ((*comm)->Barrier().code() != absl::StatusCode::kFailedPrecondition) return 12;
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+}
+
+// With two devices, a real peer that stops answering: the survivor's
+// reduce-scatter times out and aborts before returning.
+TEST(NcclGpuTest, SilentPeerTimesOutThroughTheAbortPath) {
+  if (CountDevicesInChild() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  const std::string dir = train_testing::MakeTempDir("nccl-silent-peer");
+  const std::vector<int> codes = dist_testing::RunRankProcesses(2, [&](int rank) -> int {
+    gloo::rendezvous::FileStore files(dir);
+    gloo::rendezvous::PrefixStore store("nccl", files);
+    NcclOptions options;
+    options.rank = rank;
+    options.world_size = 2;
+    options.device = rank;
+    options.timeout = std::chrono::seconds(5);
+    auto comm = NcclCommunicator::Connect(store, options);
+    if (!comm.ok()) return 2;
+    if (!(*comm)->Barrier().ok()) return 3;
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(20));  // present, but silent
+      _exit(0);
+    }
+    float* data = nullptr;
+    if (cudaMalloc(&data, 2 * 4096 * sizeof(float)) != cudaSuccess) return 4;
+    const absl::Status s = (*comm)->ReduceScatterSum(data, 4096, nullptr, nullptr);
+    if (s.code() != absl::StatusCode::kDeadlineExceeded) return 5;
+    if ((*comm)->aborts() != 1 || !(*comm)->broken()) return 6;
+    return cudaFree(data) == cudaSuccess ? 0 : 7;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
 }
 
 }  // namespace

@@ -14,6 +14,17 @@ class NullBackend final : public Backend {
   explicit NullBackend(Allocator& allocator) : allocator_(allocator) {}
 
   Device device() const override { return Device::Cpu(); }
+
+  // The deferred-error path (Backend::TakeDeferredError): the n-th check
+  // (1-based) answers RESOURCE_EXHAUSTED, as after a CUDA op that found no
+  // memory for its scratch; 0: never.
+  void FailDeferredCheck(int n) { fail_at_check_ = n; }
+  int deferred_checks() const { return checks_; }
+  absl::Status TakeDeferredError() override {
+    ++checks_;
+    if (checks_ != fail_at_check_) return absl::OkStatus();
+    return absl::ResourceExhaustedError("MatmulDyW: no device memory for its scratch (injected)");
+  }
   Allocator& allocator() override { return allocator_; }
 
   void EmbeddingForward(const Tensor&, const Tensor&, Tensor&) override {}
@@ -48,6 +59,8 @@ class NullBackend final : public Backend {
 
  private:
   Allocator& allocator_;
+  int fail_at_check_ = 0;
+  int checks_ = 0;
 };
 
 }  // namespace sbp::testing

@@ -252,6 +252,44 @@ TEST(Planner, Bf16OnCudaHalvesWeightsAndActivationsAndAddsMasterWeights) {
   EXPECT_THAT(std::string(cpu.status().message()), HasSubstr("precision"));
 }
 
+// The CUDA ops' transient scratch is planned: the largest one of the peak
+// phase (planner_terms.cc). With whole-sequence chunks at 128k the bf16
+// rounding of the f32 dK/dV rows before the k/v projections is the largest:
+// T x kv x 2 bytes = 256 MiB for Qwen3-8B. The CPU's kernels take none from
+// the allocator, so its exact plan has no such term.
+TEST(Planner, CudaKernelScratchIsTheLargestOpScratchOfThePhase) {
+  PlanRequest r = Request("qwen3-8b", 131072, BackwardMode::kStream);
+  r.device = DeviceKind::kCuda;
+  r.precision = DType::kBF16;
+  r.chunk_tokens = 131072;
+  r.logits_chunk_tokens = 512;
+  MemoryPlan whole = *PlanMemory(r);
+  ASSERT_EQ(whole.peak_phase, "layer_backward");
+  EXPECT_EQ(whole.Term("kernel_scratch"), int64_t{131072} * r.config.kv_dim() * 2);
+  EXPECT_EQ(whole.Term("kernel_scratch"), int64_t{256} << 20);
+
+  // 4096-row chunks: the rounding is 8 MiB, still above the attention delta
+  // (4096 x 32 x 4 = 512 KiB) and the norms' column partials (2 MiB).
+  r.chunk_tokens = 4096;
+  MemoryPlan chunked = *PlanMemory(r);
+  if (chunked.peak_phase == "layer_backward") {
+    EXPECT_EQ(chunked.Term("kernel_scratch"), int64_t{4096} * r.config.kv_dim() * 2);
+  } else {
+    ASSERT_EQ(chunked.peak_phase, "lm_head");
+    // The final norm's partials over 512 rows: ColumnGroups(512, H) = 16 groups.
+    EXPECT_EQ(chunked.Term("kernel_scratch"), int64_t{16} * r.config.hidden_size * 4);
+  }
+
+  // fp32: no rounding on CUDA, no scratch term at all on the CPU.
+  r.precision = DType::kF32;
+  r.chunk_tokens = 131072;
+  MemoryPlan f32 = *PlanMemory(r);
+  EXPECT_GT(f32.Term("kernel_scratch"), 0);
+  EXPECT_LT(f32.Term("kernel_scratch"), whole.Term("kernel_scratch"));
+  r.device = DeviceKind::kCpu;
+  EXPECT_EQ(PlanMemory(r)->Term("kernel_scratch"), 0);
+}
+
 TEST(Planner, Zero2ShardsGradientsAndOptimizerStateAndAddsTheOneLayerCache) {
   PlanRequest r = Request("qwen3-8b", 8192, BackwardMode::kStream);
   r.device = DeviceKind::kCuda;

@@ -612,6 +612,26 @@ TEST(JobSpecLimits, StringsMustBeUtf8) {
   EXPECT_EQ(*JobSpecFromJson(JobSpecToJson(spec)), spec);
 }
 
+// Paths no system call can take are bad input naming the field (they were a
+// storage error, retried, when the run created its directory).
+TEST(JobSpecLimits, PathsFitTheFileSystemsLimits) {
+  const std::string long_name(256, 'x');
+  EXPECT_THAT(SpecError(absl::StrCat(kMinimal, "checkpoint: {dir: runs/", long_name, "}\n")),
+              HasSubstr("job.yaml: checkpoint.dir: has a component of 256 bytes ('xxxxxxxxxxxxxxxx"
+                        "...'); a file name is at most 255 bytes"));
+  EXPECT_THAT(SpecError(absl::StrCat(kMinimal, "resume_from: \"a\\0b\"\n")),
+              HasSubstr("job.yaml: resume_from: must not hold a NUL byte"));
+  std::string deep;
+  for (int i = 0; i < 300; ++i) absl::StrAppend(&deep, "abcdefghijklm/");
+  EXPECT_THAT(SpecError(absl::StrCat("name: j\nmodel: ", deep, "\ndata: d\nobjective: sft\n",
+                                     "seq_len: 8\n")),
+              HasSubstr("job.yaml: model: is 4200 bytes long; a path is at most 4095 bytes"));
+  EXPECT_EQ(
+      MustParse(absl::StrCat(kMinimal, "checkpoint: {dir: runs/", std::string(255, 'x'), "}\n"))
+          .checkpoint.dir.size(),
+      5u + 255u);
+}
+
 TEST(JobSpecLimits, OversizedTextIsRefused) {
   std::string text = kMinimal;
   text.append(static_cast<size_t>(kMaxJobSpecBytes), '#');

@@ -1,4 +1,4 @@
-#include "worker/agent/metrics_http_server.h"
+#include "common/metrics_http_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,7 +1,9 @@
 // A minimal HTTP endpoint that serves one prometheus-cpp Registry at
-// /metrics (text format 0.0.4). The worker uses it instead of prometheus-cpp's
-// civetweb Exposer, whose 100 KiB handler threads overflowed their stacks
-// inside the worker process (seen with Debian 12's civetweb 1.15).
+// /metrics (text format 0.0.4). The worker and the coordinator use it instead
+// of prometheus-cpp's civetweb Exposer, whose 100 KiB handler threads
+// overflowed their stacks inside the worker process (seen with Debian 12's
+// civetweb 1.15) and whose few handler threads two half-sent requests could
+// hold for 30 s each, so that no scrape was answered.
 //
 // One thread runs a poll(2) loop over non-blocking sockets, so no connection
 // can hold up another: a client that sends its request a byte at a time (a
