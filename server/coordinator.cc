@@ -312,6 +312,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   manager_options.identities = impl->identities;
   manager_options.shared_dir = options.shared_dir;
   manager_options.user_areas = !options.users_path.empty();
+  manager_options.retain_finished = options.retain_finished;
+  manager_options.max_finished_per_user = options.max_finished_per_user;
+  manager_options.retention_interval = options.retention_interval;
+  manager_options.max_spec_bytes_per_user = options.max_spec_bytes_per_user;
   ASSIGN_OR_RETURN(impl->manager,
                    JobManager::Create(impl->store.get(), impl->metrics.get(), impl->hub.get(),
                                       impl->rendezvous.get(), manager_options));

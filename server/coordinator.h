@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "prometheus/registry.h"
 #include "server/rpc_guard.h"
 
@@ -35,6 +36,12 @@ struct CoordinatorOptions {
   // submit (as workers resolve them under their --work-dir); "": not resolved.
   std::string work_dir;
   std::string shared_dir;  // read-only job paths may also lie here
+  // Retention of ended jobs and the per-user cap on stored specs
+  // (JobManagerOptions; 0: none).
+  absl::Duration retain_finished = absl::Hours(24 * 30);
+  int64_t max_finished_per_user = 10000;
+  absl::Duration retention_interval = absl::Minutes(1);
+  int64_t max_spec_bytes_per_user = int64_t{256} << 20;
   // Limits on what clients can make the coordinator hold: threads, calls in
   // flight, open streams (server/rpc_guard.h explains how they keep worker
   // heartbeats served), HTTP/2 streams per connection and request size.

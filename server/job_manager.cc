@@ -38,6 +38,8 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Store* store, Met
 absl::Status JobManager::Load() {
   const absl::Time now = absl::Now();
   ASSIGN_OR_RETURN(counts_, store_->CountJobsByState());
+  ASSIGN_OR_RETURN(const auto spec_bytes, store_->SpecBytesByOwner());
+  spec_bytes_by_owner_.insert(spec_bytes.begin(), spec_bytes.end());
   for (JobState state : kAllJobStates) metrics_->SetJobCount(state, counts_[state]);
 
   // Workers get two leases from now to call in again: their channels may
@@ -319,6 +321,35 @@ std::string JobManager::NewWorkerId(const std::string& name) {
     }
     if (!workers_.contains(id)) return id;
   }
+}
+
+void JobManager::ApplyRetention(absl::Time now) {
+  if (now < next_retention_) return;
+  next_retention_ = now + options_.retention_interval;
+  if (options_.retain_finished <= absl::ZeroDuration() && options_.max_finished_per_user <= 0) {
+    return;
+  }
+  const absl::Time ended_before = options_.retain_finished > absl::ZeroDuration()
+                                      ? now - options_.retain_finished
+                                      : absl::InfinitePast();
+  // Batches keep each transaction (and this lock) short.
+  constexpr int64_t kBatch = 500;
+  absl::StatusOr<std::vector<Store::RemovedJob>> removed =
+      store_->RemoveEndedJobs(ended_before, options_.max_finished_per_user, kBatch);
+  if (!removed.ok()) {
+    LOG(ERROR) << "retention: " << removed.status();
+    return;
+  }
+  for (const Store::RemovedJob& job : *removed) {
+    metrics_->SetJobCount(job.state, --counts_[job.state]);
+    auto it = spec_bytes_by_owner_.find(job.owner);
+    if (it != spec_bytes_by_owner_.end())
+      it->second = std::max<int64_t>(0, it->second - job.spec_bytes);
+  }
+  if (!removed->empty()) {
+    LOG(INFO) << "retention removed " << removed->size() << " ended jobs from the database";
+  }
+  if (static_cast<int64_t>(removed->size()) == kBatch) next_retention_ = now;  // more to do
 }
 
 }  // namespace sbp::server

@@ -65,6 +65,16 @@ struct JobManagerOptions {
   // users file) a job's run directory lies in <work_dir>/<owner>/.
   std::string shared_dir;
   bool user_areas = false;
+  // Retention of ended jobs (SUCCEEDED, FAILED, CANCELLED): removed from the
+  // database once they ended longer than `retain_finished` ago (0: kept for
+  // any age) or beyond the newest `max_finished_per_user` of their owner (0:
+  // any number). Run directories are never touched.
+  absl::Duration retain_finished = absl::ZeroDuration();
+  int64_t max_finished_per_user = 0;
+  absl::Duration retention_interval = absl::Minutes(1);  // how often the policy runs
+  // The specs (YAML and JSON) one user may have stored, counted at submit
+  // (0: no limit): a submit past it is RESOURCE_EXHAUSTED.
+  int64_t max_spec_bytes_per_user = 0;
 };
 
 struct SubmitResult {
@@ -341,6 +351,9 @@ class JobManager {
   // Each owner's running workers and worker quota, for the scheduler.
   ScheduleLimits CurrentLimits() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes ended jobs past the retention policy, in batches (Tick, once a
+  // minute; sooner while a backlog remains).
+  void ApplyRetention(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   Metrics* const metrics_;
@@ -366,6 +379,9 @@ class JobManager {
   // Pending jobs whose reason in pending_ is newer than the stored one.
   absl::flat_hash_set<std::string> unwritten_ ABSL_GUARDED_BY(mu_);
   std::map<JobState, int64_t> counts_ ABSL_GUARDED_BY(mu_);
+  // Bytes of each owner's stored specs (max_spec_bytes_per_user).
+  absl::flat_hash_map<std::string, int64_t> spec_bytes_by_owner_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_retention_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_schedule_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/admission.h"
@@ -127,6 +128,19 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const Identity& caller,
           caller.quota.max_pending_jobs, " jobs waiting; cancel one or wait for one to start"));
     }
   }
+  // Stored history is bounded: a user's specs count against
+  // max_spec_bytes_per_user from the submit until retention removes them.
+  const int64_t spec_bytes = static_cast<int64_t>(spec_yaml.size() + spec_json.size());
+  int64_t& stored = spec_bytes_by_owner_[caller.name];
+  if (options_.max_spec_bytes_per_user > 0 &&
+      stored + spec_bytes > options_.max_spec_bytes_per_user) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "quota: ", caller.name, " has ", FormatByteSize(stored), " of job specs stored and this ",
+        "one is ", FormatByteSize(spec_bytes), ", over the ",
+        FormatByteSize(options_.max_spec_bytes_per_user),
+        " limit (--max-spec-bytes-per-user); finished jobs are removed by the retention policy "
+        "(--retain-finished, --max-finished-per-user)"));
+  }
   const absl::Time now = absl::Now();
   JobRecord job;
   job.owner = caller.name;
@@ -147,6 +161,7 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const Identity& caller,
   AddTransition(job, change, JobState::kPending, "submitted");
   if (!admission.note.empty()) AddMessage(job, change, admission.note);
   RETURN_IF_ERROR(Save(job, JobState::kUnspecified, std::move(change)));
+  stored += spec_bytes;
   LOG(INFO) << "job " << job.id << " submitted (world_size " << job.world_size << ", "
             << DeviceKindName(job.device) << ")";
   RunScheduler();

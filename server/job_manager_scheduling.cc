@@ -238,6 +238,7 @@ absl::Status JobManager::MarkLost(WorkerEntry& worker, absl::string_view why) {
 void JobManager::Tick() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
+  ApplyRetention(now);
   bool changed = false;
   std::vector<std::string> expired;
   for (const auto& [id, w] : workers_) {

@@ -180,7 +180,8 @@ class WatchStream final : public grpc::ServerWriteReactor<v1::JobUpdate> {
                     grpc::CallbackServerContext* context, const std::string& id) {
     absl::StatusOr<Identity> caller = guard_->Authorize(*context, Role::kClient, kWatch);
     if (!caller.ok()) return caller.status();
-    absl::StatusOr<RpcGuard::StreamSlot> slot = guard_->OpenStream(StreamKind::kWatch, *context);
+    absl::StatusOr<RpcGuard::StreamSlot> slot =
+        guard_->OpenStream(StreamKind::kWatch, *context, &*caller);
     if (!slot.ok()) return slot.status();
     // Subscribe before the snapshot so that no change falls in between.
     std::unique_ptr<WatchHub::Subscription> subscription = hub->Subscribe(id);

@@ -15,7 +15,7 @@
 //   --max-threads N             gRPC handler threads (default 256); a quarter may
 //                               serve client calls, half the workers' long polls
 //   --max-streams N             open Watch + reflection streams (default 4096)
-//   --max-streams-per-client N  of them from one client address (default 1024)
+//   --max-streams-per-client N  of them of one identity (reflection: one address; default 1024)
 //   --max-reflection-streams N  of them server reflection (default 256)
 //   --max-streams-per-connection N  HTTP/2 streams per connection (default 100)
 //   --max-message-size SIZE     largest request accepted (default 4MiB)
@@ -36,6 +36,7 @@
 #include "common/byte_size.h"
 #include "common/logging.h"
 #include "server/coordinator.h"
+#include "server/retention.h"
 
 namespace {
 
@@ -116,7 +117,8 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--max-streams-per-client", limits.max_streams_per_client,
-                 "Open Watch and reflection streams from one client address")
+                 "Open Watch streams of one identity (reflection streams, which carry no token: "
+                 "of one address)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--max-reflection-streams", limits.max_reflection_streams,
@@ -127,6 +129,25 @@ int Run(int argc, char** argv) {
                  "Concurrent HTTP/2 streams on one client connection")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  std::string retain_finished = "30d";
+  app.add_option(
+         "--retain-finished", retain_finished,
+         "Ended jobs (succeeded, failed, cancelled) are removed from the database this long "
+         "after they ended: a number with s, m, h or d; 0 keeps them (run directories are "
+         "never touched)")
+      ->capture_default_str();
+  std::string retention_interval = "60s";
+  app.add_option("--retention-interval", retention_interval,
+                 "How often the retention policy runs (an age like --retain-finished)")
+      ->capture_default_str();
+  app.add_option("--max-finished-per-user", options.max_finished_per_user,
+                 "Ended jobs kept per user, newest first; 0: any number")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  std::string max_spec_bytes = "256MiB";
+  app.add_option("--max-spec-bytes-per-user", max_spec_bytes,
+                 "Job specs one user may have stored, counted at submit; 0: no limit")
+      ->capture_default_str();
   std::string max_message_size = "4MiB";
   app.add_option("--max-message-size", max_message_size,
                  "Largest request message accepted (e.g. 4MiB)")
@@ -141,6 +162,27 @@ int Run(int argc, char** argv) {
     std::cerr << "sbp-coordinator: give both --tls-cert and --tls-key, or neither\n";
     return 2;
   }
+  absl::StatusOr<absl::Duration> retain = sbp::server::ParseRetentionAge(retain_finished);
+  if (!retain.ok()) {
+    std::cerr << "sbp-coordinator: --retain-finished: " << retain.status().message() << "\n";
+    return 2;
+  }
+  options.retain_finished = *retain;
+  absl::StatusOr<absl::Duration> interval = sbp::server::ParseRetentionAge(retention_interval);
+  if (!interval.ok() || *interval <= absl::ZeroDuration()) {
+    std::cerr << "sbp-coordinator: --retention-interval: expected a positive age like 60s (got \""
+              << retention_interval << "\")\n";
+    return 2;
+  }
+  options.retention_interval = *interval;
+  absl::StatusOr<int64_t> spec_bytes =
+      max_spec_bytes == "0" ? absl::StatusOr<int64_t>(0) : sbp::ParseByteSize(max_spec_bytes);
+  if (!spec_bytes.ok() || *spec_bytes < 0) {
+    std::cerr << "sbp-coordinator: --max-spec-bytes-per-user: expected a size like 256MiB or 0 "
+              << "(got \"" << max_spec_bytes << "\")\n";
+    return 2;
+  }
+  options.max_spec_bytes_per_user = *spec_bytes;
   absl::StatusOr<int64_t> message_bytes = sbp::ParseByteSize(max_message_size);
   if (!message_bytes.ok() || *message_bytes < 64 * 1024 || *message_bytes > (1 << 30)) {
     std::cerr << "sbp-coordinator: --max-message-size: must be a size from 64KiB to 1GiB (got \""

@@ -145,9 +145,13 @@ void RpcGuard::StreamSlot::Release() {
   guard_ = nullptr;
 }
 
-absl::StatusOr<RpcGuard::StreamSlot> RpcGuard::OpenStream(
-    StreamKind kind, const grpc::ServerContextBase& context) const {
-  std::string client = PeerHost(context.peer());
+absl::StatusOr<RpcGuard::StreamSlot> RpcGuard::OpenStream(StreamKind kind,
+                                                          const grpc::ServerContextBase& context,
+                                                          const Identity* caller) const {
+  // Per identity where the caller has one: users behind one address (a NAT,
+  // a node's pods) do not share a limit; per address for the unauthenticated.
+  std::string client = caller != nullptr ? absl::StrCat("identity ", caller->name)
+                                         : absl::StrCat("address ", PeerHost(context.peer()));
   absl::MutexLock lock(&streams_mu_);
   if (streams_ >= limits_.max_streams) {
     return absl::ResourceExhaustedError(
@@ -163,7 +167,8 @@ absl::StatusOr<RpcGuard::StreamSlot> RpcGuard::OpenStream(
   if (mine >= limits_.max_streams_per_client) {
     return absl::ResourceExhaustedError(absl::StrCat(
         client, " already has ", mine,
-        " open streams (--max-streams-per-client); close some watches or retry later"));
+        " open streams (--max-streams-per-client, per identity or, without a token, per "
+        "address); close some watches or retry later"));
   }
   ++mine;
   ++streams_;

@@ -62,7 +62,7 @@ struct RpcLimits {
   // 0: max_threads / 2. Each worker holds at most two.
   int max_long_polls = 0;
   int max_streams = 4096;             // open Watch and reflection streams, all clients
-  int max_streams_per_client = 1024;  // of them, from one client address
+  int max_streams_per_client = 1024;  // of them, of one identity (reflection: one address)
   int max_reflection_streams = 256;   // of them, server reflection (needs no token)
 
   // The limits with the derived defaults filled in; InvalidArgument naming the
@@ -117,10 +117,12 @@ class RpcGuard {
     StreamKind kind_ = StreamKind::kWatch;
     std::string client_;
   };
-  // A slot for a stream of `kind` from the context's peer, or
-  // RESOURCE_EXHAUSTED naming the limit that is full.
-  absl::StatusOr<StreamSlot> OpenStream(StreamKind kind,
-                                        const grpc::ServerContextBase& context) const;
+  // A slot for a stream of `kind` from `caller` (counted per identity
+  // against max_streams_per_client) or, without one (reflection, which
+  // needs no token), from the context's peer address; RESOURCE_EXHAUSTED
+  // naming the limit that is full.
+  absl::StatusOr<StreamSlot> OpenStream(StreamKind kind, const grpc::ServerContextBase& context,
+                                        const Identity* caller = nullptr) const;
 
   const RpcLimits& limits() const { return limits_; }
   int open_streams() const;

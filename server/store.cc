@@ -596,6 +596,71 @@ absl::StatusOr<std::map<JobState, int64_t>> Store::CountJobsByState() {
   return counts;
 }
 
+absl::StatusOr<std::vector<Store::RemovedJob>> Store::RemoveEndedJobs(absl::Time ended_before,
+                                                                      int64_t keep_per_owner,
+                                                                      int64_t batch) {
+  std::vector<RemovedJob> removed;
+  if (batch <= 0 || (ended_before == absl::InfinitePast() && keep_per_owner <= 0)) return removed;
+  // Ended jobs ranked newest first within their owner; those too old or past
+  // the owner's count go.
+  static const std::string select =
+      "SELECT seq, id, owner, state, "
+      "length(CAST(spec_yaml AS BLOB)) + length(CAST(spec_json AS BLOB)) "
+      "FROM (SELECT j.seq, j.id, j.owner, j.state, j.finished_at_us, s.spec_yaml, s.spec_json, "
+      "ROW_NUMBER() OVER (PARTITION BY j.owner ORDER BY j.finished_at_us DESC, j.seq DESC) AS n "
+      "FROM jobs j JOIN job_specs s ON s.seq = j.seq "
+      "WHERE j.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED')) "
+      "WHERE (?1 != 0 AND finished_at_us < ?1) OR (?2 > 0 AND n > ?2) LIMIT ?3";
+  ASSIGN_OR_RETURN(sqlite::Transaction tx, Begin());
+  std::vector<int64_t> seqs;
+  {
+    ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(select, "finding jobs past retention"));
+    s->Bind(1, ended_before == absl::InfinitePast() ? int64_t{0} : ToMicros(ended_before))
+        .Bind(2, keep_per_owner)
+        .Bind(3, batch);
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, s->Step());
+      if (!row) break;
+      seqs.push_back(s->ColumnInt(0));
+      ASSIGN_OR_RETURN(const JobState state, ParseJobState(s->ColumnText(3)));
+      removed.push_back({s->ColumnText(1), s->ColumnText(2), state, s->ColumnInt(4)});
+    }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::string& id = removed[i].id;
+    for (const char* sql : {"DELETE FROM job_events WHERE job_id = ?1",
+                            "DELETE FROM assignments WHERE job_id = ?1"}) {
+      ASSIGN_OR_RETURN(sqlite::Statement * d, Prepared(sql, "removing a job's history"));
+      d->Bind(1, id);
+      RETURN_IF_ERROR(d->Run());
+    }
+    for (const char* sql :
+         {"DELETE FROM job_specs WHERE seq = ?1", "DELETE FROM jobs WHERE seq = ?1"}) {
+      ASSIGN_OR_RETURN(sqlite::Statement * d, Prepared(sql, "removing a job"));
+      d->Bind(1, seqs[i]);
+      RETURN_IF_ERROR(d->Run());
+    }
+  }
+  RETURN_IF_ERROR(tx.Commit());
+  return removed;
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> Store::SpecBytesByOwner() {
+  ASSIGN_OR_RETURN(
+      sqlite::Statement * s,
+      Prepared("SELECT j.owner, sum(length(CAST(s.spec_yaml AS BLOB)) + "
+               "length(CAST(s.spec_json AS BLOB))) FROM jobs j JOIN job_specs s ON s.seq = j.seq "
+               "GROUP BY j.owner",
+               "summing spec bytes"));
+  std::map<std::string, int64_t> bytes;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s->Step());
+    if (!row) break;
+    bytes[s->ColumnText(0)] = s->ColumnInt(1);
+  }
+  return bytes;
+}
+
 absl::Status Store::AppendEvent(const JobEventRecord& event) {
   ASSIGN_OR_RETURN(sqlite::Statement * s,
                    Prepared("INSERT INTO job_events (job_id, sequence, time_us, from_state, "

@@ -66,6 +66,22 @@ class Store {
   absl::StatusOr<std::vector<JobRecord>> ActiveJobs();
   absl::StatusOr<std::map<JobState, int64_t>> CountJobsByState();
 
+  // Retention: removes up to `batch` jobs that ended (SUCCEEDED, FAILED,
+  // CANCELLED) before `ended_before` (InfinitePast: none for its age) or
+  // that lie beyond the newest `keep_per_owner` ended jobs of their owner
+  // (0: no count limit), with their specs, events and assignments, in one
+  // transaction. Returns each removed job's owner, state and spec bytes. Only rows:
+  // run directories are never touched.
+  struct RemovedJob {
+    std::string id, owner;
+    JobState state = JobState::kUnspecified;
+    int64_t spec_bytes = 0;
+  };
+  absl::StatusOr<std::vector<RemovedJob>> RemoveEndedJobs(absl::Time ended_before,
+                                                          int64_t keep_per_owner, int64_t batch);
+  // Bytes of the stored specs (YAML and JSON) of each owner's jobs.
+  absl::StatusOr<std::map<std::string, int64_t>> SpecBytesByOwner();
+
   // Events, ascending by sequence.
   absl::Status AppendEvent(const JobEventRecord& event);
   absl::StatusOr<std::vector<JobEventRecord>> ListEvents(absl::string_view job_id,

@@ -337,8 +337,10 @@ TEST_F(CoordinatorLimitsTest, SevenThousandOpenStreamsHoldNoThreadsAndLoseNoWork
   EXPECT_EQ(cluster_->Sbp("cancel " + job_id_).exit_code, 0);
 }
 
-// The default caps: 256 reflection streams, 1,024 streams per client address.
-// The excess is refused at once with RESOURCE_EXHAUSTED; nothing waits.
+// The default caps: 256 reflection streams (per address: they carry no
+// token), 1,024 streams per identity (the watches, all of the one client
+// identity here). The excess is refused at once with RESOURCE_EXHAUSTED;
+// nothing waits.
 TEST_F(CoordinatorLimitsTest, DefaultCapsRefuseTheExcessAtOnce) {
   StartCluster("limits_default", {});
   if (HasFatalFailure()) return;
@@ -354,12 +356,12 @@ TEST_F(CoordinatorLimitsTest, DefaultCapsRefuseTheExcessAtOnce) {
   EXPECT_EQ(flood.first_error(StreamFlood::kReflection),
             "the coordinator already has 256 open reflection streams "
             "(--max-reflection-streams); retry later");
-  EXPECT_EQ(flood.open(StreamFlood::kWatch), 1024 - 256);
+  EXPECT_EQ(flood.open(StreamFlood::kWatch), 1024);
   EXPECT_EQ(flood.finished(StreamFlood::kWatch)[grpc::StatusCode::RESOURCE_EXHAUSTED],
-            kWatchStreams - (1024 - 256));
+            kWatchStreams - 1024);
   EXPECT_EQ(flood.first_error(StreamFlood::kWatch),
-            "127.0.0.1 already has 1024 open streams (--max-streams-per-client); close some "
-            "watches or retry later");
+            "identity default already has 1024 open streams (--max-streams-per-client, per "
+            "identity or, without a token, per address); close some watches or retry later");
   const Observed seen = HoldAndCheck(absl::Seconds(kLeaseSeconds));
   std::printf(
       "{\"coordinator_threads_before\": %d, \"coordinator_threads_max\": %d, "

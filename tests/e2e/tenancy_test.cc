@@ -54,7 +54,7 @@ class TenancyTest : public ::testing::Test {
                                  "--db", (c_->dir() / "coordinator.db").string(), "--users",
                                  (c_->dir() / "users.yaml").string(), "--lease-seconds", "3",
                                  "--work-dir", c_->dir().string(), "--shared-dir",
-                                 (c_->dir() / "shared").string()},
+                                 (c_->dir() / "shared").string(), "--max-streams-per-client", "2"},
         c_->dir(), c_->dir() / "coordinator.log");
     ASSERT_TRUE(WaitFor([&] { return As("alice", "whoami").exit_code == 0; }, seconds(20)))
         << ReadAll((c_->dir() / "coordinator.log").string());
@@ -149,6 +149,31 @@ TEST_F(TenancyTest, RequestIdsAreScopedByOwner) {
   EXPECT_NE(alices, bobs);
   EXPECT_EQ(submit("alice"), alices);
   EXPECT_EQ(submit("bob"), bobs);
+}
+
+// The stream limit is per identity: alice holding all of hers (2 here)
+// leaves bob's watches alone, although both call from one address.
+TEST_F(TenancyTest, StreamLimitsArePerIdentityNotPerAddress) {
+  const std::string alices = SubmitAs("alice", "watched");
+  const std::string bobs = SubmitAs("bob", "watched-too");
+  auto watch = [&](const std::string& who, const std::string& id, const std::string& log) {
+    return std::make_unique<Process>(
+        std::vector<std::string>{SbpBinary(), "--coordinator", c_->address(), "--token-file",
+                                 (c_->dir() / (who + ".token")).string(), "watch", id},
+        c_->dir(), c_->dir() / log);
+  };
+  auto first = watch("alice", alices, "watch-a1.log");
+  auto second = watch("alice", alices, "watch-a2.log");
+  std::this_thread::sleep_for(seconds(2));
+  const CommandResult third = As("alice", "watch " + alices);
+  EXPECT_NE(third.exit_code, 0);
+  EXPECT_NE(third.err.find("identity alice already has 2 open streams"), std::string::npos)
+      << third.err;
+  auto bob = watch("bob", bobs, "watch-b.log");
+  std::this_thread::sleep_for(seconds(2));
+  EXPECT_TRUE(bob->running()) << ReadAll((c_->dir() / "watch-b.log").string());
+  EXPECT_EQ(ReadAll((c_->dir() / "watch-b.log").string()).find("RESOURCE_EXHAUSTED"),
+            std::string::npos);
 }
 
 TEST_F(TenancyTest, QuotasRefuseAtSubmitAndHoldBackTheScheduler) {

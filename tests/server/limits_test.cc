@@ -106,8 +106,8 @@ TEST_F(LimitsTest, WatchesPerClientAreCappedAndSlotsComeBack) {
   EXPECT_EQ(Watch(id, &status), nullptr);
   EXPECT_EQ(status.error_code(), StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(status.error_message(),
-            "127.0.0.1 already has 3 open streams (--max-streams-per-client); close some "
-            "watches or retry later");
+            "identity anonymous already has 3 open streams (--max-streams-per-client, per "
+            "identity or, without a token, per address); close some watches or retry later");
   // A closed watch gives its slot back.
   open[0]->context->TryCancel();
   open[0]->reader->Finish();

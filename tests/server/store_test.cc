@@ -218,6 +218,56 @@ TEST(StoreTest, RequestIdsAreScopedByOwner) {
   EXPECT_EQ(Submit(*store, again).code(), absl::StatusCode::kAlreadyExists);
 }
 
+// Retention removes ended jobs (with their specs and events) past an age or
+// past each owner's newest N, never active ones, in bounded batches.
+TEST(StoreTest, RemoveEndedJobsByAgeAndPerOwnerCount) {
+  const auto dir = FreshDir("store_retention");
+  auto store = MustOpen((dir / "c.db").string());
+  ASSERT_NE(store, nullptr);
+  auto job = [](const std::string& id, const std::string& owner, JobState state, int64_t ended) {
+    JobRecord j = MakeJob(id);
+    j.owner = owner;
+    j.state = state;
+    j.finished_at = Ms(ended);
+    return j;
+  };
+  for (const JobRecord& j : {job("a-old", "alice", JobState::kSucceeded, 1000),
+                             job("a-mid", "alice", JobState::kFailed, 2000),
+                             job("a-new", "alice", JobState::kCancelled, 3000),
+                             job("a-run", "alice", JobState::kRunning, 0),
+                             job("b-old", "bob", JobState::kSucceeded, 1000),
+                             job("b-pend", "bob", JobState::kPending, 0)}) {
+    ASSERT_TRUE(Submit(*store, j).ok()) << j.id;
+  }
+  const auto bytes = *store->SpecBytesByOwner();
+  EXPECT_EQ(bytes.at("alice"), 4 * (11 + 15));
+  // Nothing to do without a policy.
+  EXPECT_TRUE(store->RemoveEndedJobs(absl::InfinitePast(), 0, 100)->empty());
+  // Alice keeps her newest ended job; bob's one ended job stays.
+  auto removed = *store->RemoveEndedJobs(absl::InfinitePast(), 1, 100);
+  ASSERT_EQ(removed.size(), 2u);
+  std::set<std::string> ids;
+  for (const auto& r : removed) {
+    ids.insert(r.id);
+    EXPECT_EQ(r.owner, "alice");
+    EXPECT_EQ(r.spec_bytes, 11 + 15);
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{"a-old", "a-mid"}));
+  EXPECT_FALSE(store->FindJob("a-old")->has_value());
+  EXPECT_TRUE(store->ListEvents("a-old", 0, 10)->empty());
+  EXPECT_TRUE(store->FindJob("a-new")->has_value());
+  // By age: everything that ended before t = 2500 ms; active jobs never.
+  removed = *store->RemoveEndedJobs(Ms(2500), 0, 100);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].id, "b-old");
+  EXPECT_EQ(removed[0].state, JobState::kSucceeded);
+  removed = *store->RemoveEndedJobs(Ms(5000), 0, 100);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].id, "a-new");
+  for (const char* id : {"a-run", "b-pend"}) EXPECT_TRUE(store->FindJob(id)->has_value()) << id;
+  EXPECT_EQ(store->SpecBytesByOwner()->at("alice"), 11 + 15);
+}
+
 TEST(StoreTest, UncommittedTransactionRollsBack) {
   const auto dir = FreshDir("store_rollback");
   auto store = MustOpen((dir / "c.db").string());
