@@ -98,14 +98,14 @@ int Run(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   app.add_option("--work-dir", options.work_dir,
-                 "The workers' shared directory, as their --work-dir: every job path must be "
-                 "relative and resolve inside it (run directories in <work-dir>/<user>/ with "
-                 "--users), and model paths are read from it for memory planning at submit "
+                 "The workers' shared directory, as their --work-dir: every job path resolves in "
+                 "its owner's area, <work-dir>/<user>/ with --users (the work directory itself "
+                 "without), and model paths are read there for memory planning at submit "
                  "(default: paths are not confined nor planned)")
       ->check(CLI::ExistingDirectory);
   app.add_option("--shared-dir", options.shared_dir,
-                 "A read-only directory job models and data may also come from")
-      ->check(CLI::ExistingDirectory);
+                 "A read-only root job models and data may also come from, by absolute path "
+                 "(it may be created later, e.g. on a fresh volume)");
   sbp::server::RpcLimits& limits = options.limits;
   app.add_option("--max-threads", limits.max_threads,
                  "gRPC handler threads; a quarter may serve client calls and half the workers' "

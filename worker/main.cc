@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +84,12 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
   AgentOptions options;
   options.coordinator = flags.coordinator;
   options.name = flags.name.empty() ? DefaultWorkerName() : flags.name;
+  // Shown to every user by `sbp workers`; the coordinator refuses others too.
+  if (options.name.size() > 128 || !std::all_of(options.name.begin(), options.name.end(),
+                                                [](char c) { return c >= 0x20 && c <= 0x7e; })) {
+    return absl::InvalidArgumentError(
+        "--name: must be at most 128 characters of printable ASCII (no control characters)");
+  }
   options.work_dir = flags.work_dir;
   options.shared_dir = flags.shared_dir;
   options.metrics_listen = flags.metrics_listen;

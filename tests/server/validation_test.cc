@@ -117,6 +117,19 @@ TEST_F(ValidationTest, MissingFieldsAndUnknownIds) {
   reg.set_worker_id("../etc");
   status = worker_->workers().Register(worker_->Context().get(), reg, &registered);
   EXPECT_EQ(status.error_message(), "worker_id: must be an id returned by an earlier Register");
+  // What every user's `sbp workers` shows: printable and bounded.
+  reg.clear_worker_id();
+  reg.set_name("evil\x1b]0;pwned\x07");
+  status = worker_->workers().Register(worker_->Context().get(), reg, &registered);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "name: must be printable ASCII (no control characters)");
+  reg.set_name("fine");
+  reg.set_version(std::string(3 << 20, 'v'));
+  status = worker_->workers().Register(worker_->Context().get(), reg, &registered);
+  EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "version: must be at most 128 characters of printable ASCII (got 3145728 bytes)");
+  reg.clear_version();
 
   v1::HeartbeatResponse beat;
   ASSERT_TRUE(worker_->Heartbeat("ghost", &beat).ok());
