@@ -316,8 +316,7 @@ TEST_F(TenancyTest, JobPathsStayInsideTheOwnersArea) {
              with("long", "checkpoint: {every_steps: 0}",
                   "checkpoint: {every_steps: 0, dir: runs/" + std::string(256, 'x') + "}"));
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("checkpoint.dir: has a component of 256 bytes"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("checkpoint.dir: has a component of 256 bytes"), std::string::npos) << r.err;
   std::filesystem::create_directory_symlink("/tmp", c_->dir() / "alice/escape");
   r = submit("alice", "link",
              with("link", "checkpoint: {every_steps: 0}",
