@@ -161,22 +161,26 @@ The worker's --memory: worker.memory when set; for CPU workers otherwise the
 container's memory limit, a Kubernetes quantity turned into the sbp form
 (64Gi -> 64GiB, 500M -> 500MB, 1073741824 -> 1073741824).
 */}}
+{{- /* The worker's --memory: worker.memory, or for cpu workers the container's
+memory limit; Kubernetes quantities (72Gi, 64G) and our sizes (72GiB) alike. */}}
 {{- define "streambp.workerMemory" -}}
-{{- if .Values.worker.memory }}
-{{- .Values.worker.memory }}
-{{- else if eq .Values.worker.device "cuda" }}
-{{- fail "worker.memory: set the GPU memory budget of each worker (e.g. 72GiB) when worker.device is cuda" }}
-{{- else }}
-{{- $limit := toString (dig "limits" "memory" "" (default dict .Values.worker.resources)) }}
-{{- if regexMatch "^[0-9]+(\\.[0-9]+)?[KMGT]i$" $limit }}
-{{- printf "%sB" $limit }}
-{{- else if regexMatch "^[0-9]+(\\.[0-9]+)?[kMGT]$" $limit }}
-{{- printf "%sB" (upper $limit) }}
-{{- else if regexMatch "^[0-9]+$" $limit }}
-{{- $limit }}
-{{- else }}
-{{- fail (printf "worker.memory: empty, and worker.resources.limits.memory (%q) is not a size like 64Gi to derive it from" $limit) }}
+{{- $field := "worker.memory" }}
+{{- $size := toString (default "" .Values.worker.memory) }}
+{{- if not $size }}
+{{- if eq .Values.worker.device "cuda" }}
+{{- fail "worker.memory: set the GPU memory budget of each worker (e.g. 72Gi) when worker.device is cuda" }}
 {{- end }}
+{{- $field = "worker.resources.limits.memory" }}
+{{- $size = toString (dig "limits" "memory" "" (default dict .Values.worker.resources)) }}
+{{- end }}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?[KMGT]i$" $size }}
+{{- printf "%sB" $size }}
+{{- else if regexMatch "^[0-9]+(\\.[0-9]+)?[kMGT]$" $size }}
+{{- printf "%sB" (upper $size) }}
+{{- else if regexMatch "^[0-9]+(\\.[0-9]+)? ?([KMGT]i?B|kB|B)?$" $size }}
+{{- $size }}
+{{- else }}
+{{- fail (printf "%s: %q is not a size like 72Gi, 64G or 72GiB (worker.memory empty: derived from worker.resources.limits.memory for cpu workers)" $field $size) }}
 {{- end }}
 {{- end }}
 
