@@ -44,7 +44,7 @@ void OnInterrupt(int) {
 
 struct RunArgs {
   std::string spec_path;
-  int workers = 1;
+  int workers = 0;  // 0: the job's resources.world_size
   std::string state_dir;
   std::string device;  // "" = the job's resources.device (cpu, or cuda)
 };
@@ -185,16 +185,26 @@ class InterruptCanceller {
 };
 
 int RunJob(const RunArgs& args) {
-  if (args.workers < 1) {
-    return ReportError("run", absl::InvalidArgumentError("--workers: must be at least 1"));
+  if (args.workers < 0) {
+    return ReportError("run",
+                       absl::InvalidArgumentError(
+                           "--workers: must be at least 1 (or left out: the job's world size)"));
   }
   absl::StatusOr<std::string> spec = ReadJobSpecFile(args.spec_path);
   if (!spec.ok()) return ReportError("run", spec.status());
+  absl::StatusOr<JobSpec> parsed = ParseJobSpec(*spec, args.spec_path);
+  if (!parsed.ok()) return ReportError("run", parsed.status());
   std::string device = args.device;
-  if (device.empty()) {
-    absl::StatusOr<JobSpec> parsed = ParseJobSpec(*spec, args.spec_path);
-    if (!parsed.ok()) return ReportError("run", parsed.status());
-    device = std::string(DeviceKindName(parsed->resources.device));
+  if (device.empty()) device = std::string(DeviceKindName(parsed->resources.device));
+  // As many local workers as the job has ranks unless asked for more: with
+  // fewer it could never be scheduled, and would wait for ever.
+  const int64_t world_size = parsed->resources.world_size;
+  const int worker_count = args.workers > 0 ? args.workers : static_cast<int>(world_size);
+  if (worker_count < world_size) {
+    return ReportError("run", absl::InvalidArgumentError(absl::StrCat(
+                                  "--workers ", worker_count, ": the job needs ", world_size,
+                                  " workers (resources.world_size); start at least that many "
+                                  "(or leave --workers out)")));
   }
   // The embedded services log only warnings unless SBP_LOG_LEVEL says otherwise.
   if (std::getenv("SBP_LOG_LEVEL") == nullptr) SetLogLevel(LogLevel::kWarning);
@@ -215,14 +225,14 @@ int RunJob(const RunArgs& args) {
   int code = kExitOk;
   {
     LocalWorkers workers;
-    if (absl::Status s = workers.Start(args.workers, device, address, options.worker_token);
+    if (absl::Status s = workers.Start(worker_count, device, address, options.worker_token);
         !s.ok()) {
       return ReportError("run", s);
     }
     std::fprintf(stderr,
                  "sbp run: embedded coordinator on %s (state in %s), %d local worker%s "
                  "with %s each\n",
-                 address.c_str(), state->path().c_str(), args.workers, args.workers == 1 ? "" : "s",
+                 address.c_str(), state->path().c_str(), worker_count, worker_count == 1 ? "" : "s",
                  FormatByteSize(workers.memory_each()).c_str());
     absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
         CoordinatorClient::Connect(address, options.client_token, "");
@@ -254,7 +264,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   CLI::App* run = app.add_subcommand(
       "run", "run a job on an embedded coordinator with local workers (no setup needed)");
   run->add_option("job", args->spec_path, "job spec (YAML)")->required();
-  run->add_option("--workers", args->workers, "local workers to start")->capture_default_str();
+  run->add_option("--workers", args->workers,
+                  "local workers to start (default: the job's resources.world_size)");
   run->add_option("--device", args->device,
                   "the local workers' device: cpu, cuda (worker i on cuda:i) or cuda:N "
                   "(default: the job's resources.device)");

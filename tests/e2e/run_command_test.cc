@@ -64,6 +64,22 @@ TEST_F(RunCommandTest, TwoWorkersAndAKeptStateDirectory) {
   EXPECT_TRUE(fs::exists(c.dir() / "state/coordinator.db"));
 }
 
+// Without --workers, as many local workers as the job's world size: a
+// two-rank job runs (before, one worker was started and the job waited for
+// ever with no reason shown); fewer than it needs is refused at once.
+TEST_F(RunCommandTest, WorkersDefaultToTheJobsWorldSize) {
+  Cluster& c = *cluster_;
+  c.WriteSpec("zero2", c.Spec("zero2", 2, 2, 0, "resources: {world_size: 2}\n"));
+  CommandResult r = RunCommand(SbpRun() + " zero2.yaml", c.dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("2 local workers"), std::string::npos) << r.err;
+  r = RunCommand(SbpRun() + " zero2.yaml --workers 1", c.dir());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--workers 1: the job needs 2 workers (resources.world_size)"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(RunCommandTest, RejectedSpecIsExitCodeTwo) {
   Cluster& c = *cluster_;
   c.WriteSpec("bad", c.Spec("bad", 3, 2, 0, "trian: {steps: 1}\n"));
