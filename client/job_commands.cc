@@ -1,6 +1,10 @@
 #include "client/job_commands.h"
 
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +20,32 @@ namespace sbp::cli {
 namespace {
 
 namespace v1 = streambp::v1;
+
+// Ctrl-C (or SIGTERM) while following a job detaches from it and says so:
+// the job keeps running. (`sbp run`, whose job lives only as long as it
+// does, cancels instead and says that.) The message is formatted before the
+// handler is installed: the handler only writes it and exits.
+char g_detach_message[512];
+size_t g_detach_length = 0;
+
+void OnDetach(int signal) {
+  const ssize_t written = write(STDERR_FILENO, g_detach_message, g_detach_length);
+  (void)written;
+  _exit(128 + signal);
+}
+
+int WatchDetaching(CoordinatorClient& client, const std::string& id, const char* verb) {
+  std::snprintf(g_detach_message, sizeof(g_detach_message),
+                "\nsbp %s: detached from job %s; it keeps running (`sbp cancel %s` stops it)\n",
+                verb, id.c_str(), id.c_str());
+  g_detach_length = std::strlen(g_detach_message);
+  std::signal(SIGINT, OnDetach);
+  std::signal(SIGTERM, OnDetach);
+  const int code = WatchJob(client, id, verb);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return code;
+}
 
 struct JobArgs {
   std::string spec_path;
@@ -63,7 +93,7 @@ int Submit(const GlobalOptions& global, const JobArgs& args) {
   }
   std::fflush(stdout);
   if (!args.watch) return kExitOk;
-  return WatchJob(*client, job.id(), "submit");
+  return WatchDetaching(*client, job.id(), "submit");
 }
 
 int List(const GlobalOptions& global, const JobArgs& args) {
@@ -103,7 +133,7 @@ int Watch(const GlobalOptions& global, const JobArgs& args) {
   int code = kExitOk;
   auto client = ConnectOrReport(global, "watch", &code);
   if (!client) return code;
-  return WatchJob(*client, args.id, "watch");
+  return WatchDetaching(*client, args.id, "watch");
 }
 
 int Cancel(const GlobalOptions& global, const JobArgs& args) {

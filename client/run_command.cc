@@ -35,11 +35,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::atomic<bool> g_interrupted{false};
+// The signal that asked `sbp run` to stop (SIGINT: Ctrl-C; SIGTERM: timeout,
+// systemd, docker stop, Slurm), 0 for none. Either cancels the job, which
+// then ends as CANCELLED, and the embedded services shut down cleanly (the
+// temporary state directory is removed); the same signal again quits at once.
+std::atomic<int> g_interrupted{0};
 
-void OnInterrupt(int) {
-  g_interrupted = true;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process
+void OnInterrupt(int signal) {
+  g_interrupted = signal;
+  std::signal(signal, SIG_DFL);
 }
 
 struct RunArgs {
@@ -160,12 +164,14 @@ class InterruptCanceller {
   InterruptCanceller(CoordinatorClient& client, std::string id)
       : thread_([this, &client, id = std::move(id)] {
           while (!done_) {
-            if (g_interrupted) {
+            if (const int signal = g_interrupted.load(); signal != 0) {
+              const char* what =
+                  signal == SIGTERM ? "terminated (SIGTERM)" : "interrupted (Ctrl-C)";
               std::fprintf(stderr,
-                           "\nsbp run: interrupted; cancelling job %s (Ctrl-C again "
-                           "to quit at once)\n",
-                           id.c_str());
-              absl::StatusOr<streambp::v1::Job> job = client.Cancel(id, "interrupted (Ctrl-C)");
+                           "\nsbp run: %s; cancelling job %s (the same signal again quits at "
+                           "once)\n",
+                           what, id.c_str());
+              absl::StatusOr<streambp::v1::Job> job = client.Cancel(id, what);
               if (!job.ok()) {
                 std::fprintf(stderr, "sbp run: %s\n", std::string(job.status().message()).c_str());
               }
@@ -246,12 +252,14 @@ int RunJob(const RunArgs& args) {
         code = kExitBadInput;  // the job cannot fit on these workers
       }
     } else {
-      g_interrupted = false;
+      g_interrupted = 0;
       std::signal(SIGINT, OnInterrupt);
+      std::signal(SIGTERM, OnInterrupt);
       InterruptCanceller canceller(**client, submitted->job().id());
       code = WatchJob(**client, submitted->job().id(), "run");
     }
     std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
   }
   (*coordinator)->Shutdown();
   return code;

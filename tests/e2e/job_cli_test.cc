@@ -3,6 +3,7 @@
 // -> succeeded and list/get/watch/events/workers show it; idempotent submit;
 // tokens; a gang job waits with a reason; cancellation.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include "tests/e2e/cluster_test_util.h"
 
@@ -227,6 +228,36 @@ TEST_F(JobCliTest, GangJobWaitsForTwoIdleWorkersAndSaysWhy) {
   cancel = c.Sbp("cancel " + long_id);
   EXPECT_EQ(cancel.exit_code, 1);
   EXPECT_NE(cancel.err.find("FAILED_PRECONDITION"), std::string::npos) << cancel.err;
+}
+
+// Ctrl-C on `sbp submit --watch` detaches, says so, and leaves the job
+// running (it was silent before; `sbp run` cancels its job, and says that).
+TEST_F(JobCliTest, CtrlCOnAWatchDetachesAndSaysSo) {
+  Cluster& c = *cluster_;
+  const std::string spec = c.WriteSpec("detach", c.Spec("detach", 1000000, 2, 0));
+  Process watch({SbpBinary(), "--coordinator", c.address(), "--token-file",
+                 (c.dir() / "client.token").string(), "submit", "--watch", spec},
+                c.dir(), c.dir() / "detach.log");
+  const std::string log = (c.dir() / "detach.log").string();
+  // The watch's header names the job: "job <id> (detach)".
+  ASSERT_TRUE(
+      WaitFor([&] { return ReadAll(log).find(" (detach)\n") != std::string::npos; }, seconds(20)))
+      << ReadAll(log);
+  const std::string text = ReadAll(log);
+  const size_t header = text.find("job detach-");
+  ASSERT_NE(header, std::string::npos) << text;
+  const std::string id = text.substr(header + 4, text.find(' ', header + 4) - header - 4);
+  std::this_thread::sleep_for(seconds(1));
+  ::kill(watch.pid(), SIGINT);
+  ASSERT_TRUE(WaitFor([&] { return !watch.running(); }, seconds(10))) << ReadAll(log);
+  EXPECT_EQ(watch.exit_code(), 128 + SIGINT);
+  EXPECT_NE(ReadAll(log).find("sbp submit: detached from job " + id + "; it keeps running"),
+            std::string::npos)
+      << ReadAll(log);
+  EXPECT_NE(c.State(id), "JOB_STATE_CANCELLED");
+  // Leave the workers idle for the other tests.
+  ASSERT_EQ(c.Sbp("cancel " + id).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return c.State(id) == "JOB_STATE_CANCELLED"; }, seconds(20)));
 }
 
 }  // namespace

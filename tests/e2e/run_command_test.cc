@@ -1,6 +1,10 @@
 // `sbp run`: an embedded coordinator and local workers in one process run a
 // job end to end; a bad spec is exit code 2; --state-dir keeps the state.
 #include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
 
 #include "tests/e2e/cluster_test_util.h"
 
@@ -78,6 +82,31 @@ TEST_F(RunCommandTest, WorkersDefaultToTheJobsWorldSize) {
   EXPECT_NE(r.err.find("--workers 1: the job needs 2 workers (resources.world_size)"),
             std::string::npos)
       << r.err;
+}
+
+// SIGTERM (what timeout, systemd, docker stop and Slurm send) stops `sbp run`
+// as Ctrl-C does: the job is cancelled, everything shuts down, and the
+// temporary state directory is removed; before, the process died at once.
+TEST_F(RunCommandTest, SigtermCancelsTheJobAndCleansUp) {
+  Cluster& c = *cluster_;
+  c.WriteSpec("long", c.Spec("long", 1000000, 2, 0));
+  Process run({SbpBinary(), "run", "long.yaml"}, c.dir(), c.dir() / "run.log");
+  const std::string log = (c.dir() / "run.log").string();
+  ASSERT_TRUE(WaitFor([&] { return ReadAll(log).find("local worker") != std::string::npos; },
+                      std::chrono::seconds(30)))
+      << ReadAll(log);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // training
+  const std::string text = ReadAll(log);
+  const size_t at = text.find("(state in ");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string state = text.substr(at + 10, text.find(')', at) - at - 10);
+  ASSERT_TRUE(fs::exists(state)) << state;
+  ::kill(run.pid(), SIGTERM);
+  ASSERT_TRUE(WaitFor([&] { return !run.running(); }, std::chrono::seconds(30))) << ReadAll(log);
+  EXPECT_EQ(run.exit_code(), 1) << ReadAll(log);  // the job ended CANCELLED
+  EXPECT_NE(ReadAll(log).find("terminated (SIGTERM); cancelling job"), std::string::npos)
+      << ReadAll(log);
+  EXPECT_FALSE(fs::exists(state)) << "the temporary state directory was left: " << state;
 }
 
 TEST_F(RunCommandTest, RejectedSpecIsExitCodeTwo) {
