@@ -1,10 +1,8 @@
 #include "common/bearer_token.h"
 
-#include <fstream>
-#include <iterator>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/input_limits.h"
 
 namespace sbp {
 
@@ -31,14 +29,16 @@ absl::StatusOr<std::string> ParseBearerToken(absl::string_view text, absl::strin
 }
 
 absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read token file ", path));
-  // Read a little past the limit: enough to say that the file is too long.
-  std::string text(kMaxBearerTokenBytes + 1024, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("cannot read token file ", path));
-  return ParseBearerToken(text, absl::StrCat("token file ", path));
+  // A regular file of bounded size, decided before a byte is read (a FIFO
+  // named as the token file must not block the process); room for white
+  // space around the longest token.
+  absl::StatusOr<std::string> text =
+      ReadRegularFile(path, kMaxBearerTokenBytes + 1024, "token file");
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read token file ", path, ": ", text.status().message()));
+  }
+  return ParseBearerToken(*text, absl::StrCat("token file ", path));
 }
 
 }  // namespace sbp

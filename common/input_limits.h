@@ -85,4 +85,13 @@ absl::Status CheckJsonNesting(absl::string_view text, int max_depth, absl::strin
 // YAML parser itself (yaml-cpp refuses more than 2000 levels).
 absl::Status CheckYamlNesting(absl::string_view text, int max_depth, absl::string_view source);
 
+// Every byte in 0x20-0x7e: text that another party shows on a terminal
+// (worker names and versions) carries no control character.
+inline bool IsPrintableAscii(absl::string_view text) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) return false;
+  }
+  return true;
+}
+
 }  // namespace sbp

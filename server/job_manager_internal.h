@@ -18,13 +18,6 @@ inline constexpr size_t kMaxIdLength = 128;
 // A worker's reported version ("0.1.0 (abc1234)"), shown in every ListWorkers.
 inline constexpr size_t kMaxWorkerVersionLength = 128;
 
-// Every byte in 0x20-0x7e.
-inline bool PrintableAscii(absl::string_view text) {
-  for (char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) return false;
-  }
-  return true;
-}
 inline constexpr size_t kMaxRequestIdLength = 200;
 inline constexpr size_t kMaxTextLength = 64 * 1024;
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
+#include "common/input_limits.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/job_manager.h"
@@ -18,7 +19,6 @@ using manager_internal::kMaxIdLength;
 using manager_internal::kMaxTextLength;
 using manager_internal::kMaxWorkerVersionLength;
 using manager_internal::OutcomeName;
-using manager_internal::PrintableAscii;
 using manager_internal::Scope;
 using manager_internal::ValidId;
 
@@ -80,10 +80,10 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
     return InvalidField("name", absl::StrCat("must be at most ", kMaxIdLength, " characters"));
   }
   // Shown to every user by `sbp workers`: printable ASCII only, bounded.
-  if (!PrintableAscii(request.name)) {
+  if (!IsPrintableAscii(request.name)) {
     return InvalidField("name", "must be printable ASCII (no control characters)");
   }
-  if (request.version.size() > kMaxWorkerVersionLength || !PrintableAscii(request.version)) {
+  if (request.version.size() > kMaxWorkerVersionLength || !IsPrintableAscii(request.version)) {
     return InvalidField("version", absl::StrCat("must be at most ", kMaxWorkerVersionLength,
                                                 " characters of printable ASCII (got ",
                                                 request.version.size(), " bytes)"));

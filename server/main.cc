@@ -175,9 +175,8 @@ int Run(int argc, char** argv) {
     return 2;
   }
   options.retention_interval = *interval;
-  absl::StatusOr<int64_t> spec_bytes =
-      max_spec_bytes == "0" ? absl::StatusOr<int64_t>(0) : sbp::ParseByteSize(max_spec_bytes);
-  if (!spec_bytes.ok() || *spec_bytes < 0) {
+  absl::StatusOr<int64_t> spec_bytes = sbp::ParseByteSize(max_spec_bytes);  // "0": no limit
+  if (!spec_bytes.ok()) {
     std::cerr << "sbp-coordinator: --max-spec-bytes-per-user: expected a size like 256MiB or 0 "
               << "(got \"" << max_spec_bytes << "\")\n";
     return 2;

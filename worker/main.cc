@@ -10,7 +10,6 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "common/bearer_token.h"
 #include "common/byte_size.h"
+#include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "common/version.h"
 #include "kernels/compute_device.h"
@@ -85,8 +85,7 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
   options.coordinator = flags.coordinator;
   options.name = flags.name.empty() ? DefaultWorkerName() : flags.name;
   // Shown to every user by `sbp workers`; the coordinator refuses others too.
-  if (options.name.size() > 128 || !std::all_of(options.name.begin(), options.name.end(),
-                                                [](char c) { return c >= 0x20 && c <= 0x7e; })) {
+  if (options.name.size() > 128 || !IsPrintableAscii(options.name)) {
     return absl::InvalidArgumentError(
         "--name: must be at most 128 characters of printable ASCII (no control characters)");
   }

@@ -54,7 +54,7 @@ void CudaBackend::EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tenso
   if (!scratch) return;
   cuda::LaunchEmbeddingBackward(stream(), ids.data<int32_t>(), AsIn(dout), ids.numel(),
                                 dtable.dim(0), hidden, dtable.data<float>(), error_word_,
-                                scratch->raw_data());
+                                scratch->raw_data(), scratch->nbytes());
 }
 
 // ---- RMSNorm (rms_norm.cu) ------------------------------------------------------

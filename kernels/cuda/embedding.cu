@@ -104,7 +104,15 @@ size_t CubTempBytes(int64_t tokens) {
   return std::max(sort, std::max(encode, scan));
 }
 
-EmbeddingScratch CarveScratch(void* scratch, int64_t tokens) {
+// The arrays ahead of CUB's storage: six of `tokens` int32 and the run count.
+size_t ArraysBytes(int64_t tokens) {
+  return 6 * AlignUp(static_cast<size_t>(tokens) * sizeof(int32_t)) + 256;
+}
+
+// `scratch_bytes` (EmbeddingBackwardScratchBytes, which asked CUB once) split
+// into the arrays and CUB's storage: CUB is not asked again per call.
+EmbeddingScratch CarveScratch(void* scratch, size_t scratch_bytes, int64_t tokens) {
+  CHECK_GE(scratch_bytes, ArraysBytes(tokens)) << "EmbeddingBackward: scratch too small";
   char* p = static_cast<char*>(scratch);
   const size_t array = AlignUp(static_cast<size_t>(tokens) * sizeof(int32_t));
   EmbeddingScratch s;
@@ -117,7 +125,7 @@ EmbeddingScratch CarveScratch(void* scratch, int64_t tokens) {
   s.num_runs = reinterpret_cast<int32_t*>(p);
   p += 256;
   s.temp = p;
-  s.temp_bytes = CubTempBytes(tokens);
+  s.temp_bytes = scratch_bytes - ArraysBytes(tokens);
   return s;
 }
 
@@ -133,16 +141,16 @@ void LaunchEmbeddingForward(cudaStream_t stream, In table, const int32_t* ids, i
 
 size_t EmbeddingBackwardScratchBytes(int64_t tokens) {
   if (tokens <= 0) return 0;
-  return 6 * AlignUp(static_cast<size_t>(tokens) * sizeof(int32_t)) + 256 + CubTempBytes(tokens);
+  return ArraysBytes(tokens) + CubTempBytes(tokens);
 }
 
 void LaunchEmbeddingBackward(cudaStream_t stream, const int32_t* ids, In dout, int64_t tokens,
                              int64_t vocab, int64_t hidden, float* dtable, int* error,
-                             void* scratch) {
+                             void* scratch, size_t scratch_bytes) {
   if (tokens * hidden == 0) return;
   CHECK_LT(tokens, int64_t{1} << 31) << "EmbeddingBackward: too many tokens for one sort";
   const int n = static_cast<int>(tokens);
-  EmbeddingScratch s = CarveScratch(scratch, tokens);
+  EmbeddingScratch s = CarveScratch(scratch, scratch_bytes, tokens);
   IotaKernel<<<GridFor(tokens), kThreads, 0, stream>>>(s.positions, tokens);
   CheckLaunch("IotaKernel", stream);
   // Radix sort is stable: equal ids keep their positions in token order.

@@ -39,11 +39,12 @@ void LaunchSumInOrder(cudaStream_t stream, const double* values, int64_t count, 
 void LaunchEmbeddingForward(cudaStream_t stream, In table, const int32_t* ids, int64_t tokens,
                             int64_t vocab, int64_t hidden, Out out, int* error);
 // Scratch bytes of LaunchEmbeddingBackward for `tokens` ids (at most
-// EmbeddingBackwardScratchBound(tokens), cuda_scratch_sizes.h).
+// EmbeddingBackwardScratchBound(tokens), cuda_scratch_sizes.h); the launch
+// takes the scratch with its size (at least this).
 size_t EmbeddingBackwardScratchBytes(int64_t tokens);
 void LaunchEmbeddingBackward(cudaStream_t stream, const int32_t* ids, In dout, int64_t tokens,
                              int64_t vocab, int64_t hidden, float* dtable, int* error,
-                             void* scratch);
+                             void* scratch, size_t scratch_bytes);
 
 // ---- rms_norm.cu --------------------------------------------------------------
 // rstd may be null.

@@ -343,7 +343,13 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     return fence.has_value() ? fence->Check() : absl::OkStatus();
   };
 
-  DataCursor cursor(dataset.size(), static_cast<uint64_t>(spec.train.seed), spec.train.shuffle);
+  const uint64_t data_seed = static_cast<uint64_t>(spec.train.seed);
+  DataCursor cursor(dataset.size(), data_seed, spec.train.shuffle);
+  // A cursor saved by ToJson, for this dataset and order (resume, or an
+  // abandoned step handing its examples back).
+  auto restore_cursor = [&](const std::string& json) {
+    return DataCursor::FromJson(json, dataset.size(), data_seed, spec.train.shuffle);
+  };
   TrainerState state;
   state.job_name = spec.name;
   RunStart start_info;
@@ -360,9 +366,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   }
   if (resume.has_value()) {
     ASSIGN_OR_RETURN(state, optimizer->Load(*resume));
-    ASSIGN_OR_RETURN(
-        cursor, DataCursor::FromJson(state.data_cursor, dataset.size(),
-                                     static_cast<uint64_t>(spec.train.seed), spec.train.shuffle));
+    ASSIGN_OR_RETURN(cursor, restore_cursor(state.data_cursor));
     LOG(INFO) << spec.name << ": continuing from " << *resume << " (step " << state.step << ")";
   }
   start_info.resumed_step = state.step;
@@ -433,9 +437,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
       // finished step, and its examples go back to the data cursor, so that
       // the checkpoint written below resumes exactly after that step.
       LOG(INFO) << spec.name << ": step " << step << " abandoned: " << ran.status().message();
-      ASSIGN_OR_RETURN(
-          cursor, DataCursor::FromJson(cursor_before_step, dataset.size(),
-                                       static_cast<uint64_t>(spec.train.seed), spec.train.shuffle));
+      ASSIGN_OR_RETURN(cursor, restore_cursor(cursor_before_step));
       summary.stopped_early = true;
       break;
     }
