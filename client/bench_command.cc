@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli_common.h"
 #include "client/device_setup.h"
+#include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/sgemm_peak.h"
@@ -24,6 +25,7 @@
 #include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/lora_store.h"
+#include "worker/engine/offload/checkpoint_store.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/train/packing.h"
 
@@ -55,6 +57,11 @@ struct BenchOptions {
   bool profile_ops = false;
   std::vector<std::string> profile_modes;
   std::vector<int64_t> profile_seq_lens;
+  // Where the layer checkpoints live (each tier a line of its own), the disk
+  // tier's directory, and the device allocator's budget ("" : none).
+  std::vector<std::string> checkpoints;
+  std::string disk_dir = ".";
+  std::string memory;
 };
 
 bool Profiled(const BenchOptions& o, const std::string& mode, int64_t seq_len) {
@@ -136,6 +143,10 @@ absl::Status RunBench(const BenchOptions& o) {
   }
   ParameterStore& grads = model.grads;
   const int64_t fixed_bytes = allocator.current_bytes();
+  if (!o.memory.empty()) {
+    ASSIGN_OR_RETURN(const int64_t budget, ParseByteSize(o.memory));
+    allocator.set_budget_bytes(budget);
+  }
   int64_t device_memory = 0;
   if (gpu) {
     ASSIGN_OR_RETURN(const DeviceMemoryInfo info, QueryDeviceMemory(backend.device()));
@@ -169,97 +180,116 @@ absl::Status RunBench(const BenchOptions& o) {
         (TrainingFlops(config, 2 * seq_len) - 2 * TrainingFlops(config, seq_len)) / 2 -
         attention_saving;
     for (const std::string& mode_name : o.modes) {
-      ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
-      Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
-      const Engine::ChunkPlan plan = engine.PlanChunks(seq_len, /*training=*/true);
-      ZeroStore(grads, backend);
-      double best = 1e30;
-      int64_t untracked_rss = 0;
-      BatchResult result;
-      nlohmann::json line = {{"mode", mode_name},
-                             {"model", o.model.empty() ? o.preset : o.model},
-                             {"device", DeviceName(backend.device())},
-                             {"dtype", DTypeName(backend.activation_dtype())},
-                             {"seq_len", seq_len},
-                             {"documents", std::max<int64_t>({1, o.packed_docs, o.separate_docs})},
-                             {"layout", o.separate_docs > 1 ? "separate" : "packed"},
-                             {"lora_r", o.lora_r},
-                             {"chunk_tokens", plan.chunk},
-                             {"logits_chunk_tokens", plan.logits_chunk}};
-      if (gpu) line["device_memory_bytes"] = device_memory;
-      // One untimed step first (OpenBLAS's per-thread buffers and page
-      // faults on the CPU; cuBLAS heuristics and the memory pool on a GPU);
-      // the figures cover the timed steps. The process RSS not held by the
-      // allocator when they start (code, libraries, BLAS thread buffers) is
-      // reported apart, so that the rest can be checked against the peak.
-      absl::Status status;
-      for (int step = -o.warmup_steps; step < o.steps && status.ok(); ++step) {
-        if (step == 0) {
-          ResetPeakRss();
-          allocator.ResetPeak();
-          untracked_rss = CurrentRssBytes() - allocator.current_bytes();
+      for (const std::string& tier_name : o.checkpoints) {
+        ASSIGN_OR_RETURN(BackwardMode mode, ParseBackwardMode(mode_name));
+        ASSIGN_OR_RETURN(const CheckpointTier tier, ParseCheckpointTier(tier_name));
+        std::unique_ptr<CheckpointStore> store;
+        if (tier == CheckpointTier::kHost) store = NewHostCheckpointStore(backend);
+        if (tier == CheckpointTier::kDisk) {
+          ASSIGN_OR_RETURN(store, NewDiskCheckpointStore(backend, o.disk_dir));
         }
-        const auto start = Clock::now();
-        absl::StatusOr<BatchResult> r = SftForwardBackward(engine, w, batch, g);
-        backend.Synchronize();
-        if (!r.ok()) {
-          status = r.status();
-          break;
+        Engine engine(config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens});
+        engine.set_checkpoint_store(store.get());
+        const Engine::ChunkPlan plan = engine.PlanChunks(seq_len, /*training=*/true);
+        ZeroStore(grads, backend);
+        double best = 1e30;
+        int64_t untracked_rss = 0;
+        BatchResult result;
+        nlohmann::json line = {
+            {"mode", mode_name},
+            {"model", o.model.empty() ? o.preset : o.model},
+            {"device", DeviceName(backend.device())},
+            {"dtype", DTypeName(backend.activation_dtype())},
+            {"seq_len", seq_len},
+            {"documents", std::max<int64_t>({1, o.packed_docs, o.separate_docs})},
+            {"layout", o.separate_docs > 1 ? "separate" : "packed"},
+            {"lora_r", o.lora_r},
+            {"checkpoints", tier_name},
+            {"chunk_tokens", plan.chunk},
+            {"logits_chunk_tokens", plan.logits_chunk}};
+        if (gpu) line["device_memory_bytes"] = device_memory;
+        // One untimed step first (OpenBLAS's per-thread buffers and page
+        // faults on the CPU; cuBLAS heuristics and the memory pool on a GPU);
+        // the figures cover the timed steps. The process RSS not held by the
+        // allocator when they start (code, libraries, BLAS thread buffers) is
+        // reported apart, so that the rest can be checked against the peak.
+        absl::Status status;
+        for (int step = -o.warmup_steps; step < o.steps && status.ok(); ++step) {
+          if (step == 0) {
+            ResetPeakRss();
+            allocator.ResetPeak();
+            untracked_rss = CurrentRssBytes() - allocator.current_bytes();
+          }
+          const auto start = Clock::now();
+          absl::StatusOr<BatchResult> r = SftForwardBackward(engine, w, batch, g);
+          backend.Synchronize();
+          if (!r.ok()) {
+            status = r.status();
+            break;
+          }
+          result = *r;
+          if (step >= 0) {
+            best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+          }
         }
-        result = *r;
-        if (step >= 0) {
-          best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+        if (!status.ok()) {
+          // Out of memory is a result (the mode does not fit), not a failure.
+          if (status.code() != absl::StatusCode::kResourceExhausted) return status;
+          line["out_of_memory"] = true;
+          line["error"] = std::string(status.message());
+          line["peak_bytes"] = allocator.peak_bytes();
+          std::printf("%s\n", line.dump().c_str());
+          std::fflush(stdout);
+          continue;
         }
-      }
-      if (!status.ok()) {
-        // Out of memory is a result (the mode does not fit), not a failure.
-        if (status.code() != absl::StatusCode::kResourceExhausted) return status;
-        line["out_of_memory"] = true;
-        line["error"] = std::string(status.message());
-        line["peak_bytes"] = allocator.peak_bytes();
+        const double gflops = (flops - attention_saving) / best / 1e9;
+        line.update({{"loss", result.loss},
+                     {"peak_bytes", allocator.peak_bytes()},
+                     {"weights_and_grads_bytes", fixed_bytes},
+                     {"activation_peak_bytes", allocator.peak_bytes() - fixed_bytes},
+                     {"rss_peak_bytes", PeakRssBytes()},
+                     {"step_seconds", best},
+                     {"tokens_per_second", static_cast<double>(seq_len) / best},
+                     {"gflops", gflops},
+                     {"model_flops", flops - attention_saving},
+                     {"attention_flops", attention_flops},
+                     {"peak_gflops", peak_gflops},
+                     {"mfu", gflops / peak_gflops}});
+        if (store != nullptr) {
+          // Per step, over the warm-up and timed steps alike.
+          const double steps = o.steps + o.warmup_steps;
+          line.update({{"host_tier_bytes", store->host_bytes()},
+                       {"disk_tier_bytes", store->disk_bytes()},
+                       {"copy_bytes_per_step", store->moved_bytes() / steps},
+                       {"copy_wait_seconds_per_step", store->queue().wait_seconds() / steps}});
+        }
+        if (!gpu) {
+          const cpu::BlasInfo blas = cpu::CurrentBlasInfo();
+          line.update({{"sgemm_gflops", peak_gflops},
+                       {"mfu_vs_sgemm", gflops / peak_gflops},
+                       {"rss_untracked_bytes", untracked_rss},
+                       {"rss_tracked_peak_bytes", PeakRssBytes() - untracked_rss},
+                       {"blas_library", blas.library_path},
+                       {"blas_variant", std::string(cpu::BlasThreadingName(blas.threading))},
+                       {"blas_core", blas.core_name},
+                       {"blas_threads", blas.num_threads}});
+        }
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
-        continue;
-      }
-      const double gflops = (flops - attention_saving) / best / 1e9;
-      line.update({{"loss", result.loss},
-                   {"peak_bytes", allocator.peak_bytes()},
-                   {"weights_and_grads_bytes", fixed_bytes},
-                   {"activation_peak_bytes", allocator.peak_bytes() - fixed_bytes},
-                   {"rss_peak_bytes", PeakRssBytes()},
-                   {"step_seconds", best},
-                   {"tokens_per_second", static_cast<double>(seq_len) / best},
-                   {"gflops", gflops},
-                   {"model_flops", flops - attention_saving},
-                   {"attention_flops", attention_flops},
-                   {"peak_gflops", peak_gflops},
-                   {"mfu", gflops / peak_gflops}});
-      if (!gpu) {
-        const cpu::BlasInfo blas = cpu::CurrentBlasInfo();
-        line.update({{"sgemm_gflops", peak_gflops},
-                     {"mfu_vs_sgemm", gflops / peak_gflops},
-                     {"rss_untracked_bytes", untracked_rss},
-                     {"rss_tracked_peak_bytes", PeakRssBytes() - untracked_rss},
-                     {"blas_library", blas.library_path},
-                     {"blas_variant", std::string(cpu::BlasThreadingName(blas.threading))},
-                     {"blas_core", blas.core_name},
-                     {"blas_threads", blas.num_threads}});
-      }
-      std::printf("%s\n", line.dump().c_str());
-      std::fflush(stdout);
-      // After the line (its peak and times are the timed steps'): one more
-      // step, profiled op by op.
-      if (Profiled(o, mode_name, seq_len)) {
-        const nlohmann::json context = {
-            {"mode", mode_name}, {"model", line["model"]}, {"seq_len", seq_len}};
-        const absl::Status profiled = ProfileStep(
-            config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens}, w, batch, g, context);
-        if (!profiled.ok()) {
-          if (profiled.code() != absl::StatusCode::kResourceExhausted) return profiled;
-          nlohmann::json failed = context;
-          failed.update({{"profile_op", nullptr}, {"error", std::string(profiled.message())}});
-          std::printf("%s\n", failed.dump().c_str());
-          std::fflush(stdout);
+        // After the line (its peak and times are the timed steps'): one more
+        // step, profiled op by op.
+        if (Profiled(o, mode_name, seq_len)) {
+          const nlohmann::json context = {
+              {"mode", mode_name}, {"model", line["model"]}, {"seq_len", seq_len}};
+          const absl::Status profiled = ProfileStep(
+              config, backend, {mode, o.chunk_tokens, o.logits_chunk_tokens}, w, batch, g, context);
+          if (!profiled.ok()) {
+            if (profiled.code() != absl::StatusCode::kResourceExhausted) return profiled;
+            nlohmann::json failed = context;
+            failed.update({{"profile_op", nullptr}, {"error", std::string(profiled.message())}});
+            std::printf("%s\n", failed.dump().c_str());
+            std::fflush(stdout);
+          }
         }
       }
     }
@@ -326,11 +356,21 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                    "profile only these lengths (repeatable; default every --seq-len)")
       ->check(CLI::PositiveNumber)
       ->needs(profile);
+  bench
+      ->add_option("--checkpoints", o->checkpoints,
+                   "where the layer inputs wait for the backward: device, host or disk "
+                   "(repeatable, a line each; default device)")
+      ->check(CLI::IsMember({"device", "host", "disk"}));
+  bench->add_option("--disk-dir", o->disk_dir, "the disk tier's directory")->capture_default_str();
+  bench->add_option("--memory", o->memory,
+                    "the device allocator's budget (e.g. 2GiB): a mode that needs more reports "
+                    "out_of_memory");
   bench->callback([o, exit_code, model, preset] {
     if (model->count() + preset->count() != 1) {
       throw CLI::ValidationError("one of --model or --preset is required");
     }
     if (o->modes.empty()) o->modes = {"full", "checkpoint", "stream"};
+    if (o->checkpoints.empty()) o->checkpoints = {"device"};
     const int64_t docs = std::max(o->packed_docs, o->separate_docs);
     for (const int64_t seq_len : o->seq_lens) {
       if (seq_len < docs) {

@@ -4,6 +4,7 @@
 // carries the matmul rate measured in the same run (OpenBLAS sgemm on the
 // CPU, 8192^3 cuBLAS GEMMs on a GPU) and the MFU against it; a mode that
 // does not fit the device's memory gives a line with "out_of_memory".
+// --checkpoints host/disk runs the layer inputs in that memory tier.
 #pragma once
 
 #include "CLI/CLI.hpp"

@@ -37,6 +37,29 @@ std::string TimeText(const google::protobuf::Timestamp& t) {
                       Age(t), " ago)");
 }
 
+// The memory tiers, when the job uses one off the device: where its layer
+// checkpoints and optimizer state live, what the host and disk hold, and the
+// last step's copies.
+void AddTierRows(const v1::JobProgress& p, Table& t) {
+  const std::string tier = p.checkpoint_tier().empty() ? "device" : p.checkpoint_tier();
+  if (tier == "device" && !p.optimizer_offload()) return;
+  std::string where = "layer checkpoints on the device";
+  if (tier == "host") where = "layer checkpoints in host memory";
+  if (tier == "disk") where = "layer checkpoints on local disk";
+  if (p.optimizer_offload()) where += "; optimizer state in host memory";
+  t.AddRow({"memory tier:", absl::StrCat(tier, " (", where, ")")});
+  t.AddRow({"host tier:", absl::StrCat(Bytes(p.host_tier_bytes()), " (peak ",
+                                       Bytes(p.host_tier_peak_bytes()), ")")});
+  if (tier == "disk" || p.disk_tier_bytes() > 0) {
+    t.AddRow({"disk tier:", Bytes(p.disk_tier_bytes())});
+  }
+  const double rate = p.offload_copy_bytes_per_second();
+  const std::string copies =
+      rate > 0 ? absl::StrCat(FormatByteSize(static_cast<int64_t>(rate)), "/s") : "none";
+  t.AddRow({"offload copies:", absl::StrFormat("%s, compute waited %.3f s (last step)", copies,
+                                               p.offload_wait_seconds())});
+}
+
 }  // namespace
 
 std::string StateName(v1::JobState state) {
@@ -104,13 +127,26 @@ std::string JobSpecs(const v1::ListJobsResponse& jobs) {
 }
 
 std::string WorkersTable(const v1::ListWorkersResponse& workers) {
-  Table table({"ID", "NAME", "DEVICE", "MEMORY", "STATE", "JOB", "PEAK", "HEARTBEAT", "VERSION"});
+  // Offload disk only when some worker offers it to the disk tier.
+  bool any_disk = false;
+  for (const v1::Worker& w : workers.workers()) any_disk = any_disk || w.offload_disk_bytes() > 0;
+  std::vector<std::string> header = {"ID", "NAME", "DEVICE", "MEMORY", "HOST MEMORY"};
+  if (any_disk) header.push_back("OFFLOAD DISK");
+  for (const char* column : {"STATE", "JOB", "PEAK", "HEARTBEAT", "VERSION"}) {
+    header.push_back(column);
+  }
+  Table table(header);
   for (const v1::Worker& w : workers.workers()) {
-    table.AddRow({w.id(), w.name(), std::string(ProtoDeviceKindName(w.device())),
-                  Bytes(w.memory_bytes()), w.state(), w.job_id().empty() ? "-" : w.job_id(),
-                  Bytes(w.memory().peak_bytes()),
-                  Age(w.last_heartbeat()) + (w.has_last_heartbeat() ? " ago" : ""),
-                  w.version().empty() ? "-" : w.version()});
+    std::vector<std::string> row = {w.id(), w.name(), std::string(ProtoDeviceKindName(w.device())),
+                                    Bytes(w.memory_bytes()), Bytes(w.host_memory_bytes())};
+    if (any_disk) row.push_back(Bytes(w.offload_disk_bytes()));
+    for (std::string cell : {w.state(), w.job_id().empty() ? std::string("-") : w.job_id(),
+                             Bytes(w.memory().peak_bytes()),
+                             Age(w.last_heartbeat()) + (w.has_last_heartbeat() ? " ago" : ""),
+                             w.version().empty() ? std::string("-") : w.version()}) {
+      row.push_back(std::move(cell));
+    }
+    table.AddRow(row);
   }
   return table.Render();
 }
@@ -131,7 +167,16 @@ std::string JobDetails(const v1::Job& job) {
                             ? std::string("-")
                             : absl::StrCat(absl::StrJoin(job.worker_ids(), ", "), " (world size ",
                                            job.world_size(), ")")});
-  t.AddRow({"memory:", absl::StrCat(Bytes(job.required_memory_bytes()), " per worker")});
+  std::string memory = Bytes(job.required_memory_bytes());
+  if (job.required_host_memory_bytes() > 0) {
+    absl::StrAppend(&memory, ", ", FormatByteSize(job.required_host_memory_bytes()),
+                    " host memory");
+  }
+  if (job.required_offload_disk_bytes() > 0) {
+    absl::StrAppend(&memory, ", ", FormatByteSize(job.required_offload_disk_bytes()),
+                    " offload disk");
+  }
+  t.AddRow({"memory:", absl::StrCat(memory, " per worker")});
   t.AddRow({"priority:", absl::StrCat(job.priority())});
   t.AddRow({"step:", StepText(p)});
   if (p.step() > 0) {
@@ -145,6 +190,7 @@ std::string JobDetails(const v1::Job& job) {
               absl::StrFormat("%.0f tok/s (%d tokens)", p.tokens_per_second(), p.tokens_total())});
     t.AddRow({"mfu:", absl::StrFormat("%.2f%%", p.mfu() * 100)});
     t.AddRow({"peak memory:", Bytes(p.peak_bytes())});
+    AddTierRows(p, t);
     if (!IsTerminal(job.state())) t.AddRow({"eta:", FormatDuration(p.eta_seconds())});
   }
   if (job.failure_class() != v1::FAILURE_CLASS_UNSPECIFIED) {

@@ -1,5 +1,6 @@
 #include "client/plan_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "kernels/compute_device.h"
 #include "nlohmann/json.hpp"
 #include "worker/engine/lora_store.h"
+#include "worker/engine/offload/checkpoint_tier.h"
 #include "worker/engine/planner.h"
 #include "worker/model/model_config.h"
 
@@ -43,6 +45,11 @@ struct PlanOptions {
   int64_t packed_docs = 0;                // > 1: documents packed per sequence
   std::vector<std::string> lora_modules;  // empty: all seven
   std::string output;                     // "" or "json"
+  // Memory tiers.
+  std::string host_memory, disk;           // "": not given
+  std::string checkpoints;                 // "": device, or auto with --host-memory / --disk
+  std::string optimizer_offload = "auto";  // auto: on with --host-memory
+  std::string link_bandwidth = "25GB/s", disk_bandwidth = "5GB/s";
 };
 
 // "auto" -> 0, else a positive integer; errors name the flag.
@@ -56,11 +63,40 @@ absl::StatusOr<int64_t> ParseChunk(const std::string& flag, const std::string& t
   return value;
 }
 
+// A positive size, e.g. "1.8TiB"; errors name the flag.
+absl::StatusOr<int64_t> ParseSize(const std::string& flag, const std::string& text,
+                                  absl::string_view example) {
+  absl::StatusOr<int64_t> bytes = ParseByteSize(text);
+  if (!bytes.ok() || *bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected a positive size like ", example, " (got '", text, "')"));
+  }
+  return *bytes;
+}
+
+// Bytes per second from "25GB/s" or "25GB".
+absl::StatusOr<double> ParseBandwidth(const std::string& flag, const std::string& text) {
+  absl::string_view size = text;
+  absl::ConsumeSuffix(&size, "/s");
+  ASSIGN_OR_RETURN(const int64_t bytes, ParseSize(flag, std::string(size), "25GB/s"));
+  return static_cast<double>(bytes);
+}
+
 struct Parsed {
   PlanRequest request;
   std::string model_name;
   std::optional<int64_t> memory;
   double margin = 0;
+  int64_t host_memory = 0;  // 0: not given (unlimited)
+  int64_t disk = 0;         // 0: not given (no disk for auto)
+  // The checkpoint tier asked for; nullopt: auto (the fastest that fits).
+  std::optional<CheckpointTier> tier = CheckpointTier::kDevice;
+  double link_bandwidth = 0, disk_bandwidth = 0;  // bytes per second
+  // Whether anything beyond the device tier's plan is asked about.
+  bool tiers() const {
+    return host_memory > 0 || disk > 0 || tier != CheckpointTier::kDevice ||
+           request.optimizer_offload;
+  }
 };
 
 absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
@@ -103,13 +139,27 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
     return absl::InvalidArgumentError("--lora-modules needs --lora-r");
   }
   if (!o.memory.empty()) {
-    absl::StatusOr<int64_t> bytes = ParseByteSize(o.memory);
-    if (!bytes.ok() || *bytes <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--memory: expected a positive size like 80GiB (got '", o.memory, "')"));
-    }
-    p.memory = *bytes;
+    ASSIGN_OR_RETURN(p.memory, ParseSize("--memory", o.memory, "80GiB"));
   }
+  if (!o.host_memory.empty()) {
+    ASSIGN_OR_RETURN(p.host_memory, ParseSize("--host-memory", o.host_memory, "1.8TiB"));
+  }
+  if (!o.disk.empty()) {
+    ASSIGN_OR_RETURN(p.disk, ParseSize("--disk", o.disk, "3.5TB"));
+  }
+  const std::string checkpoints = !o.checkpoints.empty()            ? o.checkpoints
+                                  : p.host_memory > 0 || p.disk > 0 ? "auto"
+                                                                    : "device";
+  if (checkpoints == "auto") {
+    p.tier.reset();
+  } else {
+    ASSIGN_OR_RETURN(p.tier, ParseCheckpointTier(checkpoints));
+  }
+  r.checkpoint_tier = p.tier.value_or(CheckpointTier::kDevice);
+  r.optimizer_offload =
+      o.optimizer_offload == "on" || (o.optimizer_offload == "auto" && p.host_memory > 0);
+  ASSIGN_OR_RETURN(p.link_bandwidth, ParseBandwidth("--link-bandwidth", o.link_bandwidth));
+  ASSIGN_OR_RETURN(p.disk_bandwidth, ParseBandwidth("--disk-bandwidth", o.disk_bandwidth));
   p.margin = o.safety_margin >= 0 ? o.safety_margin : DefaultSafetyMargin(r.device);
   if (p.margin >= 1) {
     return absl::InvalidArgumentError(
@@ -121,6 +171,8 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
 Json PlanJson(const PlanRequest& r, const MemoryPlan& plan) {
   Json breakdown = Json::object();
   for (const MemoryTerm& t : plan.breakdown) breakdown[t.name] = t.bytes;
+  Json host_breakdown = Json::object();
+  for (const MemoryTerm& t : plan.host_breakdown) host_breakdown[t.name] = t.bytes;
   return Json{{"peak_bytes", plan.peak_bytes},
               {"breakdown", breakdown},
               {"peak_phase", plan.peak_phase},
@@ -138,7 +190,46 @@ Json PlanJson(const PlanRequest& r, const MemoryPlan& plan) {
               {"lora_r", r.lora.r},
               {"packed_documents", r.packed_documents},
               {"model_state_bytes", plan.model_state_bytes},
-              {"device_overhead_bytes", plan.device_overhead_bytes}};
+              {"device_overhead_bytes", plan.device_overhead_bytes},
+              {"checkpoint_tier", CheckpointTierName(plan.checkpoint_tier)},
+              {"optimizer_offload", r.optimizer_offload},
+              {"host_bytes", plan.host_bytes},
+              {"host_breakdown", host_breakdown},
+              {"disk_bytes", plan.disk_bytes},
+              {"copy_bytes_per_pass", plan.copy_bytes_per_pass},
+              {"copy_bytes_per_step", plan.copy_bytes_per_step}};
+}
+
+// Estimated seconds of a plan's copies: the checkpoints of one sequence pass
+// over the host link (the disk tier: at the slower of the link and the disk,
+// the two overlapping; on the CPU at the disk's rate alone), the optimizer's
+// over the link.
+double CheckpointCopySeconds(const Parsed& p, const MemoryPlan& plan) {
+  double rate = p.link_bandwidth;
+  if (plan.checkpoint_tier == CheckpointTier::kDisk) {
+    rate = p.request.device == DeviceKind::kCuda ? std::min(p.link_bandwidth, p.disk_bandwidth)
+                                                 : p.disk_bandwidth;
+  }
+  return static_cast<double>(plan.copy_bytes_per_pass) / rate;
+}
+
+double OptimizerCopySeconds(const Parsed& p, const MemoryPlan& plan) {
+  return static_cast<double>(plan.copy_bytes_per_step) / p.link_bandwidth;
+}
+
+std::string Rate(double bytes_per_second) {
+  return absl::StrFormat("%.3g GB/s", bytes_per_second / 1e9);
+}
+
+void PrintTerms(const std::vector<MemoryTerm>& terms, int64_t total) {
+  size_t width = 4;
+  for (const MemoryTerm& t : terms) width = std::max(width, t.name.size());
+  for (const MemoryTerm& t : terms) {
+    const double share =
+        total > 0 ? 100.0 * static_cast<double>(t.bytes) / static_cast<double>(total) : 0.0;
+    std::printf("  %-*s  %10s  %5.1f%%  %s\n", static_cast<int>(width), t.name.c_str(),
+                FormatByteSize(t.bytes).c_str(), share, t.detail.c_str());
+  }
 }
 
 void PrintPlanText(const Parsed& p, const MemoryPlan& plan) {
@@ -160,44 +251,139 @@ void PrintPlanText(const Parsed& p, const MemoryPlan& plan) {
   std::printf("peak %s per worker (%lld bytes, %s phase)\n",
               FormatByteSize(plan.peak_bytes).c_str(), static_cast<long long>(plan.peak_bytes),
               plan.peak_phase.c_str());
-  size_t width = 4;
-  for (const MemoryTerm& t : plan.breakdown) width = std::max(width, t.name.size());
-  for (const MemoryTerm& t : plan.breakdown) {
-    const double share =
-        100.0 * static_cast<double>(t.bytes) / static_cast<double>(plan.peak_bytes);
-    std::printf("  %-*s  %10s  %5.1f%%  %s\n", static_cast<int>(width), t.name.c_str(),
-                FormatByteSize(t.bytes).c_str(), share, t.detail.c_str());
+  PrintTerms(plan.breakdown, plan.peak_bytes);
+}
+
+// The memory tiers' part of a plan: where the checkpoints live, host memory,
+// the disk file and the copies with their estimated time.
+void PrintTiersText(const Parsed& p, const MemoryPlan& plan) {
+  const PlanRequest& r = p.request;
+  const int64_t stored = std::max<int64_t>(r.config.num_hidden_layers - 1, 0);
+  const char* act = r.precision == DType::kBF16 ? "bf16" : "f32";
+  const std::string how = p.tier.has_value() ? "" : " (auto: the fastest tier that fits)";
+  switch (plan.checkpoint_tier) {
+    case CheckpointTier::kDevice:
+      std::printf("checkpoints: device tier%s: %lld x [T, H] %s on the device\n", how.c_str(),
+                  static_cast<long long>(r.config.num_hidden_layers + 1), act);
+      break;
+    case CheckpointTier::kHost:
+      std::printf("checkpoints: host tier%s: 2 device slots, %lld x [T, H] %s in host memory\n",
+                  how.c_str(), static_cast<long long>(stored), act);
+      break;
+    case CheckpointTier::kDisk:
+      std::printf("checkpoints: disk tier%s: 2 device slots, %lld x [T, H] %s in a file\n",
+                  how.c_str(), static_cast<long long>(stored), act);
+      break;
   }
+  std::printf("optimizer offload: %s\n",
+              r.optimizer_offload
+                  ? "on (f32 gradients, master weights and AdamW moments in host memory)"
+                  : "off");
+  std::printf("host memory %s (%lld bytes)\n", FormatByteSize(plan.host_bytes).c_str(),
+              static_cast<long long>(plan.host_bytes));
+  PrintTerms(plan.host_breakdown, plan.host_bytes);
+  std::printf("disk %s (%lld bytes)\n", FormatByteSize(plan.disk_bytes).c_str(),
+              static_cast<long long>(plan.disk_bytes));
+  if (plan.copy_bytes_per_pass > 0) {
+    const bool disk = plan.checkpoint_tier == CheckpointTier::kDisk;
+    std::printf(
+        "copies: checkpoints %s per sequence (each stored input written and read once), "
+        "~%.1f s at %s (%s)\n",
+        FormatByteSize(plan.copy_bytes_per_pass).c_str(), CheckpointCopySeconds(p, plan),
+        Rate(disk ? (r.device == DeviceKind::kCuda ? std::min(p.link_bandwidth, p.disk_bandwidth)
+                                                   : p.disk_bandwidth)
+                  : p.link_bandwidth)
+            .c_str(),
+        disk ? "the slower of --disk-bandwidth and --link-bandwidth" : "--link-bandwidth");
+  }
+  if (plan.copy_bytes_per_step > 0) {
+    std::printf(
+        "copies: optimizer %s per step of one sequence (f32 gradients down%s), ~%.1f s at %s "
+        "(--link-bandwidth)\n",
+        FormatByteSize(plan.copy_bytes_per_step).c_str(),
+        r.optimizer_state ? ", updated weights up" : "", OptimizerCopySeconds(p, plan),
+        Rate(p.link_bandwidth).c_str());
+  }
+}
+
+// The plan of one length: the tier asked for (auto: PlanTiers) with the
+// largest auto chunks that fit --memory and the host and disk limits.
+absl::StatusOr<MemoryPlan> PlanOne(const Parsed& p, const PlanRequest& r) {
+  if (!p.memory.has_value()) return PlanMemory(r);
+  if (!p.tier.has_value()) return PlanTiers(r, *p.memory, p.margin, p.host_memory, p.disk);
+  if (!p.tiers()) return PlanAutoChunks(r, *p.memory, p.margin);
+  return PlanTier(r, *p.memory, p.margin, p.host_memory, p.disk);
 }
 
 int RunOne(const Parsed& p, bool json) {
   PlanRequest r = p.request;
   std::optional<absl::Status> does_not_fit;
-  absl::StatusOr<MemoryPlan> plan;
-  if (p.memory.has_value()) {
-    plan = PlanAutoChunks(r, *p.memory, p.margin);
-    if (plan.status().code() == absl::StatusCode::kResourceExhausted) {
-      does_not_fit = plan.status();
-      plan = PlanMinimum(r);
-    }
-  } else {
-    plan = PlanMemory(r);
+  absl::StatusOr<MemoryPlan> plan = PlanOne(p, r);
+  if (plan.status().code() == absl::StatusCode::kResourceExhausted) {
+    does_not_fit = plan.status();
+    // Auto: the least device memory any tier it tried needs.
+    if (!p.tier.has_value())
+      r.checkpoint_tier = p.disk > 0 ? CheckpointTier::kDisk : CheckpointTier::kHost;
+    plan = PlanMinimum(r);
   }
   if (!plan.ok()) return ReportError("plan", plan.status());
+  // Without --memory the device is not limited (auto: the device tier); the
+  // host and the disk still are.
+  if (!p.memory.has_value() && !does_not_fit.has_value()) {
+    std::vector<std::string> short_of;
+    if (p.host_memory > 0 && plan->host_bytes > UsableBytes(p.host_memory, p.margin)) {
+      short_of.push_back(absl::StrCat("host memory needs ", FormatByteSize(plan->host_bytes),
+                                      " of ", FormatByteSize(UsableBytes(p.host_memory, p.margin)),
+                                      " usable"));
+    }
+    if (p.disk > 0 && plan->disk_bytes > UsableBytes(p.disk, p.margin)) {
+      short_of.push_back(absl::StrCat("the disk needs ", FormatByteSize(plan->disk_bytes), " of ",
+                                      FormatByteSize(UsableBytes(p.disk, p.margin)), " usable"));
+    }
+    if (!short_of.empty()) {
+      does_not_fit = absl::ResourceExhaustedError(absl::StrJoin(short_of, "; "));
+    }
+  }
   if (json) {
     Json j = PlanJson(r, *plan);
     if (p.memory.has_value()) {
       j["memory_bytes"] = *p.memory;
       j["usable_bytes"] = UsableBytes(*p.memory, p.margin);
+    }
+    if (p.host_memory > 0) {
+      j["host_memory_bytes"] = p.host_memory;
+      j["usable_host_bytes"] = UsableBytes(p.host_memory, p.margin);
+    }
+    if (p.disk > 0) {
+      j["disk_capacity_bytes"] = p.disk;
+      j["usable_disk_bytes"] = UsableBytes(p.disk, p.margin);
+    }
+    if (p.memory.has_value() || p.host_memory > 0 || p.disk > 0) {
       j["fits"] = !does_not_fit.has_value();
+    }
+    if (p.tiers()) {
+      j["link_bandwidth_bytes_per_second"] = p.link_bandwidth;
+      j["disk_bandwidth_bytes_per_second"] = p.disk_bandwidth;
+      j["copy_seconds_per_pass"] = CheckpointCopySeconds(p, *plan);
+      j["copy_seconds_per_step"] = OptimizerCopySeconds(p, *plan);
     }
     std::printf("%s\n", j.dump().c_str());
   } else {
     PrintPlanText(p, *plan);
+    if (p.tiers()) PrintTiersText(p, *plan);
     if (p.memory.has_value() && !does_not_fit.has_value()) {
-      std::printf("fits in %s (%s usable after the %.0f%% safety margin)\n",
+      std::printf("fits in %s (%s usable after the %.0f%% safety margin)",
                   FormatByteSize(*p.memory).c_str(),
                   FormatByteSize(UsableBytes(*p.memory, p.margin)).c_str(), p.margin * 100);
+      if (p.host_memory > 0) {
+        std::printf(", host memory %s (%s usable)", FormatByteSize(p.host_memory).c_str(),
+                    FormatByteSize(UsableBytes(p.host_memory, p.margin)).c_str());
+      }
+      if (p.disk > 0) {
+        std::printf(", disk %s (%s usable)", FormatByteSize(p.disk).c_str(),
+                    FormatByteSize(UsableBytes(p.disk, p.margin)).c_str());
+      }
+      std::printf("\n");
     }
   }
   if (does_not_fit.has_value()) {
@@ -208,6 +394,16 @@ int RunOne(const Parsed& p, bool json) {
   return kExitOk;
 }
 
+// The tiers --max-seq-len reports: the one asked for, or for auto the device
+// and each tier whose resource was given (both, when neither was).
+std::vector<CheckpointTier> ReportedTiers(const Parsed& p) {
+  if (p.tier.has_value()) return {*p.tier};
+  std::vector<CheckpointTier> tiers = {CheckpointTier::kDevice};
+  if (p.host_memory > 0 || p.disk == 0) tiers.push_back(CheckpointTier::kHost);
+  if (p.disk > 0) tiers.push_back(CheckpointTier::kDisk);
+  return tiers;
+}
+
 int RunMaxSeqLen(const Parsed& p, const std::string& mode_flag, bool json) {
   if (!p.memory.has_value()) {
     return ReportError("plan", absl::InvalidArgumentError("--max-seq-len needs --memory"));
@@ -215,29 +411,52 @@ int RunMaxSeqLen(const Parsed& p, const std::string& mode_flag, bool json) {
   std::vector<BackwardMode> modes = {BackwardMode::kFull, BackwardMode::kCheckpoint,
                                      BackwardMode::kStream};
   if (!mode_flag.empty()) modes = {p.request.mode};
+  // Nested per tier unless only the device tier is asked for.
+  const bool per_tier = p.tier != CheckpointTier::kDevice;
+  const std::vector<CheckpointTier> tiers = ReportedTiers(p);
   Json j = Json::object();
   std::vector<std::string> lines;
   for (BackwardMode mode : modes) {
-    PlanRequest r = p.request;
-    r.mode = mode;
-    absl::StatusOr<int64_t> longest = MaxSequenceLength(r, *p.memory, p.margin);
-    if (!longest.ok()) return ReportError("plan", longest.status());
-    j[std::string(BackwardModeName(mode))] = *longest;
-    std::string line = absl::StrFormat("  %-10s  %9d", BackwardModeName(mode), *longest);
-    if (*longest > 0) {
-      r.seq_len = *longest;
-      absl::StatusOr<MemoryPlan> plan = PlanAutoChunks(r, *p.memory, p.margin);
-      if (plan.ok()) {
-        absl::StrAppend(&line, absl::StrFormat("  %10s", FormatByteSize(plan->peak_bytes)));
-        if (mode == BackwardMode::kStream) {
-          absl::StrAppend(&line, absl::StrFormat("  chunk_tokens %d, logits_chunk_tokens %d",
-                                                 plan->chunk_tokens, plan->logits_chunk_tokens));
-        }
+    Json by_tier = Json::object();
+    for (CheckpointTier tier : tiers) {
+      PlanRequest r = p.request;
+      r.mode = mode;
+      r.checkpoint_tier = tier;
+      absl::StatusOr<int64_t> longest =
+          p.tiers() ? MaxSequenceLength(r, *p.memory, p.margin, p.host_memory, p.disk)
+                    : MaxSequenceLength(r, *p.memory, p.margin);
+      if (!longest.ok()) return ReportError("plan", longest.status());
+      if (per_tier) {
+        by_tier[std::string(CheckpointTierName(tier))] = *longest;
+      } else {
+        j[std::string(BackwardModeName(mode))] = *longest;
       }
-    } else {
-      absl::StrAppend(&line, "  (the model state alone does not fit)");
+      std::string line = absl::StrFormat("  %-10s", BackwardModeName(mode));
+      if (per_tier) absl::StrAppend(&line, absl::StrFormat("  %-6s", CheckpointTierName(tier)));
+      absl::StrAppend(&line, absl::StrFormat("  %9d", *longest));
+      if (*longest > 0) {
+        r.seq_len = *longest;
+        absl::StatusOr<MemoryPlan> plan =
+            p.tiers() ? PlanTier(r, *p.memory, p.margin, p.host_memory, p.disk)
+                      : PlanAutoChunks(r, *p.memory, p.margin);
+        if (plan.ok()) {
+          absl::StrAppend(&line, absl::StrFormat("  %10s", FormatByteSize(plan->peak_bytes)));
+          if (per_tier) {
+            absl::StrAppend(&line, absl::StrFormat("  %10s  %10s", FormatByteSize(plan->host_bytes),
+                                                   FormatByteSize(plan->disk_bytes)));
+          }
+          if (mode == BackwardMode::kStream) {
+            absl::StrAppend(&line, absl::StrFormat("  chunk_tokens %d, logits_chunk_tokens %d",
+                                                   plan->chunk_tokens, plan->logits_chunk_tokens));
+          }
+        }
+      } else {
+        absl::StrAppend(&line, p.tiers() ? "  (nothing fits: the model state alone is too large)"
+                                         : "  (the model state alone does not fit)");
+      }
+      lines.push_back(line);
     }
-    lines.push_back(line);
+    if (per_tier) j[std::string(BackwardModeName(mode))] = by_tier;
   }
   if (json) {
     std::printf("%s\n", j.dump().c_str());
@@ -252,7 +471,19 @@ int RunMaxSeqLen(const Parsed& p, const std::string& mode_flag, bool json) {
       static_cast<long long>(r.world_size), r.world_size == 1 ? "" : "s (ZeRO-2)",
       r.optimizer_state ? "" : ", backprop only",
       r.lora.enabled() ? absl::StrCat(", LoRA r ", r.lora.r).c_str() : "");
-  std::printf("  %-10s  %9s  %10s\n", "mode", "seq_len", "peak");
+  if (p.tiers()) {
+    std::printf("host memory %s, disk %s, optimizer offload %s\n",
+                p.host_memory > 0 ? FormatByteSize(p.host_memory).c_str() : "unlimited",
+                p.disk > 0 ? FormatByteSize(p.disk).c_str()
+                           : (p.tier == CheckpointTier::kDisk ? "unlimited" : "none"),
+                r.optimizer_offload ? "on" : "off");
+  }
+  if (per_tier) {
+    std::printf("  %-10s  %-6s  %9s  %10s  %10s  %10s\n", "mode", "tier", "seq_len", "peak", "host",
+                "disk");
+  } else {
+    std::printf("  %-10s  %9s  %10s\n", "mode", "seq_len", "peak");
+  }
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   return kExitOk;
 }
@@ -315,6 +546,32 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                    "LoRA target modules (default: q_proj k_proj v_proj o_proj gate_proj up_proj "
                    "down_proj)")
       ->delimiter(',');
+  plan->add_option("--host-memory", o->host_memory,
+                   "host memory per worker, e.g. 1.8TiB, for the host checkpoint tier and the "
+                   "optimizer offload (the same safety margin applies)");
+  plan->add_option("--disk", o->disk,
+                   "local disk per worker for the disk checkpoint tier, e.g. 3.5TB");
+  plan->add_option("--checkpoints", o->checkpoints,
+                   "where the layer inputs kept for the backward live: device, host (pinned "
+                   "host memory, 2 device slots), disk (a file, 2 device slots) or auto (the "
+                   "fastest that fits --memory, --host-memory and --disk; with --max-seq-len "
+                   "each tier whose resource is given). Default: auto with --host-memory or "
+                   "--disk, else device")
+      ->check(CLI::IsMember({"auto", "device", "host", "disk"}));
+  plan->add_option("--optimizer-offload", o->optimizer_offload,
+                   "on: f32 gradients, master weights and AdamW moments in host memory (the "
+                   "device keeps the compute weights and a one-layer gradient cache); auto: on "
+                   "when --host-memory is given (with --bp-only the host then holds only the "
+                   "gradients)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  plan->add_option("--link-bandwidth", o->link_bandwidth,
+                   "host<->device copy rate for the copy-time estimates (25 GB/s: a PCIe 5 x16 "
+                   "link in practice; NVLink-C2C is faster)")
+      ->capture_default_str();
+  plan->add_option("--disk-bandwidth", o->disk_bandwidth,
+                   "disk read/write rate for the disk tier's estimate (5 GB/s: one NVMe drive)")
+      ->capture_default_str();
   plan->add_option("-o,--output", o->output, "output format: json")->check(CLI::IsMember({"json"}));
   plan->callback([o, exit_code, model, preset, seq_len, max_seq_len] {
     if (model->count() + preset->count() != 1) {

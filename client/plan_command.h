@@ -7,10 +7,24 @@
 //   sbp plan --preset qwen3-8b --seq-len 32768 --precision bf16 --bp-only
 //   sbp plan --model DIR --max-seq-len --memory 80GiB --precision bf16 -o json
 //
-// JSON: {"peak_bytes": N, "breakdown": {term: bytes, ...}, ...} for one
-// configuration; {"full": T, "checkpoint": T, "stream": T} for --max-seq-len.
-// Exit codes: 0 (fits, or no --memory given), 1 (does not fit --memory),
-// 2 (bad input).
+// Memory tiers: --host-memory and --disk give the host's memory and the
+// local disk; --checkpoints (device, host, disk or auto: the fastest that
+// fits; default auto when either is given, else device) says where the layer
+// inputs live; --optimizer-offload (auto: on with --host-memory) moves the
+// gradients, masters and moments to host memory. One length then also prints
+// the host memory, the disk file and the copies with an estimated time at
+// --link-bandwidth (25 GB/s) and --disk-bandwidth (5 GB/s).
+//
+//   sbp plan --preset qwen3-8b --max-seq-len --memory 80GiB --precision bf16 --host-memory 1.8TiB
+//
+// JSON: {"peak_bytes": N, "breakdown": {term: bytes, ...}, "host_bytes": N,
+// "host_breakdown": {...}, "disk_bytes": N, ...} for one configuration;
+// {"full": T, "checkpoint": T, "stream": T} for --max-seq-len, or, unless
+// the checkpoints are the device's, per tier: {"stream": {"device": T,
+// "host": T, "disk": T}, ...} (the tier asked for, or with auto the device
+// and each tier whose resource is given).
+// Exit codes: 0 (fits, or no --memory given), 1 (does not fit --memory,
+// --host-memory or --disk), 2 (bad input).
 #pragma once
 
 #include "CLI/CLI.hpp"

@@ -17,6 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/cli_common.h"
 #include "client/coordinator_client.h"
 #include "client/job_watch.h"
@@ -50,7 +52,15 @@ struct RunArgs {
   std::string spec_path;
   int workers = 0;  // 0: the job's resources.world_size
   std::string state_dir;
-  std::string device;  // "" = the job's resources.device (cpu, or cuda)
+  std::string device;              // "" = the job's resources.device (cpu, or cuda)
+  std::string host_memory;         // per worker; "" = the machine's memory split evenly
+  std::string offload_disk = "0";  // per worker; 0: no disk tier for `checkpoints: auto`
+};
+
+// What each local worker offers the memory tiers (see sbp-worker's flags).
+struct LocalOffload {
+  int64_t host_memory_bytes = 0;  // 0: the machine's memory split evenly
+  int64_t offload_disk_bytes = 0;
 };
 
 // The device of local worker `i` for `--device`: cpu for all of them;
@@ -110,7 +120,7 @@ class StateDir {
 class LocalWorkers {
  public:
   absl::Status Start(int count, const std::string& device_name, const std::string& address,
-                     const std::string& token) {
+                     const std::string& token, const LocalOffload& offload) {
     const int64_t host_memory = std::max<int64_t>(PhysicalMemoryBytes() / count, 1 << 20);
     // Training threads: OMP_NUM_THREADS when set, else the cores split between the workers
     // with one left for the control plane (spinning OpenMP teams that share a core with gRPC
@@ -125,6 +135,11 @@ class LocalWorkers {
       options.name = absl::StrCat("local-", i);
       ASSIGN_OR_RETURN(options.device, LocalWorkerDevice(device_name, i));
       options.memory_bytes = host_memory;
+      // The memory tiers: each worker's share of the machine's memory (or
+      // --host-memory), and no disk for `checkpoints: auto` unless given.
+      options.host_memory_bytes =
+          offload.host_memory_bytes > 0 ? offload.host_memory_bytes : host_memory;
+      options.offload_disk_bytes = offload.offload_disk_bytes;
       if (!options.device.is_cpu()) {
         // A GPU worker's capacity: the device's free memory at start less
         // the stated reserve (kernels/compute_device.h).
@@ -212,6 +227,24 @@ int RunJob(const RunArgs& args) {
                                   " workers (resources.world_size); start at least that many "
                                   "(or leave --workers out)")));
   }
+  LocalOffload offload;
+  if (!args.host_memory.empty()) {
+    absl::StatusOr<int64_t> bytes = ParseByteSize(args.host_memory);
+    if (!bytes.ok() || *bytes <= 0) {
+      return ReportError("run", absl::InvalidArgumentError(absl::StrCat(
+                                    "--host-memory: expected a positive size like 64GiB (got ",
+                                    args.host_memory, ")")));
+    }
+    offload.host_memory_bytes = *bytes;
+  }
+  if (absl::StatusOr<int64_t> bytes = ParseByteSize(args.offload_disk); !bytes.ok() || *bytes < 0) {
+    return ReportError("run", absl::InvalidArgumentError(
+                                  absl::StrCat("--offload-disk: expected a size like 200GiB, or 0 "
+                                               "(got ",
+                                               args.offload_disk, ")")));
+  } else {
+    offload.offload_disk_bytes = *bytes;
+  }
   // The embedded services log only warnings unless SBP_LOG_LEVEL says otherwise.
   if (std::getenv("SBP_LOG_LEVEL") == nullptr) SetLogLevel(LogLevel::kWarning);
 
@@ -231,7 +264,8 @@ int RunJob(const RunArgs& args) {
   int code = kExitOk;
   {
     LocalWorkers workers;
-    if (absl::Status s = workers.Start(worker_count, device, address, options.worker_token);
+    if (absl::Status s =
+            workers.Start(worker_count, device, address, options.worker_token, offload);
         !s.ok()) {
       return ReportError("run", s);
     }
@@ -243,6 +277,15 @@ int RunJob(const RunArgs& args) {
     absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
         CoordinatorClient::Connect(address, options.client_token, "");
     if (!client.ok()) return ReportError("run", client.status());
+    // Admission compares the job with the registered workers: let them
+    // register first, so that a job they cannot hold is refused at once
+    // instead of waiting for ever.
+    const absl::Time registered_by = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < registered_by) {
+      absl::StatusOr<streambp::v1::ListWorkersResponse> listed = (*client)->ListWorkers();
+      if (listed.ok() && listed->workers_size() >= worker_count) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
     absl::StatusOr<streambp::v1::SubmitJobResponse> submitted =
         (*client)->Submit(*spec, NewRequestId());
     if (!submitted.ok()) {
@@ -277,6 +320,13 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   run->add_option("--device", args->device,
                   "the local workers' device: cpu, cuda (worker i on cuda:i) or cuda:N "
                   "(default: the job's resources.device)");
+  run->add_option("--host-memory", args->host_memory,
+                  "host memory each local worker offers the memory tiers (offloaded layer "
+                  "checkpoints, optimizer state; default: the machine's memory split evenly)");
+  run->add_option("--offload-disk", args->offload_disk,
+                  "local disk each worker lets `checkpoints: auto` fill with the disk tier "
+                  "(0: none; `checkpoints: disk` runs anyway, bounded by the disk)")
+      ->capture_default_str();
   run->add_option("--state-dir", args->state_dir,
                   "keep the coordinator's SQLite state here (default: a temporary directory)");
   run->callback([args, exit_code] { *exit_code = RunJob(*args); });

@@ -11,11 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "kernels/allocator.h"
 #include "kernels/rope_table.h"
 #include "kernels/tensor.h"
+#include "kernels/transfer_queue.h"
 
 namespace sbp {
 
@@ -61,6 +63,14 @@ class Backend {
   // read any result. Always OK on the CPU, whose ops take no scratch from
   // the allocator.
   virtual absl::Status TakeDeferredError() { return absl::OkStatus(); }
+
+  // ---- memory tiers (worker/engine/offload) --------------------------------
+  // Host memory that buffers moved off the device live in: pinned on CUDA (so
+  // that copies run asynchronously at full speed), plain on the CPU. Tracked
+  // apart from allocator(), whose budget and peak are the device's.
+  virtual Allocator& host_allocator() { return host_allocator_; }
+  // A queue of copies that run beside this backend's ops (transfer_queue.h).
+  virtual std::unique_ptr<TransferQueue> NewTransferQueue() { return NewHostTransferQueue(); }
 
   // Whether this backend's kernels take attention (and RoPE) of this shape;
   // a status naming the limit when not. Checked before a model runs, so that
@@ -172,6 +182,9 @@ class Backend {
   virtual void Fill(Tensor& x, float value) = 0;
   // dst = src with dtype conversion (f32 <-> bf16, or a plain copy).
   virtual void Cast(const Tensor& src, Tensor& dst) = 0;
+
+ private:
+  CpuAllocator host_allocator_;
 };
 
 }  // namespace sbp

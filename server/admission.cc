@@ -123,22 +123,137 @@ std::string Describe(const PlanRequest& r, const MemoryPlan& plan) {
   return text;
 }
 
-std::string Need(const AdmissionPlan& plan) {
-  const int64_t needed = RequiredMemory(plan.minimum.peak_bytes, plan.safety_margin);
+std::string Need(const PlanRequest& request, const MemoryPlan& minimum, double margin) {
+  const int64_t needed = RequiredMemory(minimum.peak_bytes, margin);
   return absl::StrCat(FormatByteSize(needed), " (", needed,
-                      " bytes) per worker: ", Describe(plan.request, plan.minimum), " peaks at ",
-                      FormatByteSize(plan.minimum.peak_bytes), " (",
-                      SummarizeBreakdown(plan.minimum), ") plus a ", Percent(plan.safety_margin),
-                      " safety margin");
+                      " bytes) per worker: ", Describe(request, minimum), " peaks at ",
+                      FormatByteSize(minimum.peak_bytes), " (", SummarizeBreakdown(minimum),
+                      ") plus a ", Percent(margin), " safety margin");
+}
+
+std::string Need(const AdmissionPlan& plan) {
+  return Need(plan.request, plan.minimum, plan.safety_margin);
+}
+
+// "layer checkpoints in host memory (streambp.offload.checkpoints: host)".
+std::string TierPhrase(const PlanRequest& r) {
+  std::string text;
+  switch (r.checkpoint_tier) {
+    case CheckpointTier::kDevice:
+      text = "layer checkpoints on the device";
+      break;
+    case CheckpointTier::kHost:
+      text = "layer checkpoints in host memory (streambp.offload.checkpoints: host)";
+      break;
+    case CheckpointTier::kDisk:
+      text = "layer checkpoints on local disk (streambp.offload.checkpoints: disk)";
+      break;
+  }
+  if (r.optimizer_offload) absl::StrAppend(&text, " and optimizer state in host memory");
+  return text;
+}
+
+// A tier's needs: "2.1 GiB (...) per worker: stream mode ... plus a 5%
+// safety margin" (`detailed`: with the device's breakdown; else "2.1 GiB (...)
+// per worker"), then ", and 300.0 GiB (...) of host memory: 280.0 GiB
+// (host_layer_inputs 280.0 GiB, ...) plus the margin" and ", and 28.0 GiB
+// (...) of offload disk: a file of 26.6 GiB plus the margin" where it needs them.
+std::string TierNeed(const TierOption& t, double margin, bool detailed) {
+  std::string text = detailed ? Need(t.request, t.minimum, margin)
+                              : absl::StrCat(FormatByteSize(t.need.memory_bytes), " (",
+                                             t.need.memory_bytes, " bytes) per worker");
+  if (t.need.host_memory_bytes > 0) {
+    MemoryPlan host_only;
+    host_only.breakdown = t.minimum.host_breakdown;
+    absl::StrAppend(&text, ", and ", FormatByteSize(t.need.host_memory_bytes), " (",
+                    t.need.host_memory_bytes,
+                    " bytes) of host memory: ", FormatByteSize(t.minimum.host_bytes), " (",
+                    SummarizeBreakdown(host_only), ") plus the margin");
+  }
+  if (t.need.offload_disk_bytes > 0) {
+    absl::StrAppend(&text, ", and ", FormatByteSize(t.need.offload_disk_bytes), " (",
+                    t.need.offload_disk_bytes, " bytes) of offload disk: a file of ",
+                    FormatByteSize(t.minimum.disk_bytes), " plus the margin");
+  }
+  return text;
+}
+
+std::string Plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
+
+// The workers of one device as admission compares them with a need.
+struct Shortfall {
+  enum class Resource { kNone, kDevice, kHost, kDisk } resource = Resource::kNone;
+  std::string text;                     // "host memory is short: ..."
+  int64_t memory = 0, host_memory = 0;  // the worker to suggest against
+};
+
+// What keeps every worker of `device` from meeting `need`: device memory
+// first, then host memory among the workers with enough device memory, then
+// offload disk among those with both.
+Shortfall FindShortfall(const WorkerNeed& need, DeviceKind device,
+                        const std::vector<WorkerCapacity>& workers) {
+  const std::string kind(DeviceKindName(device));
+  Shortfall out;
+  int64_t registered = 0, largest = 0;
+  std::vector<const WorkerCapacity*> roomy, hosting;
+  for (const WorkerCapacity& w : workers) {
+    if (w.device != device) continue;
+    ++registered;
+    largest = std::max(largest, w.memory_bytes);
+    if (w.memory_bytes < need.memory_bytes) continue;
+    roomy.push_back(&w);
+    if (need.host_memory_bytes <= 0 || w.host_memory_bytes >= need.host_memory_bytes) {
+      hosting.push_back(&w);
+    }
+  }
+  if (roomy.empty()) {
+    out.resource = Shortfall::Resource::kDevice;
+    out.memory = largest;
+    out.text = absl::StrCat("device memory is short: the largest of ", registered, " registered ",
+                            kind, " ", registered == 1 ? "worker has " : "workers has ",
+                            FormatByteSize(largest), " (", largest, " bytes)");
+    return out;
+  }
+  const std::string among =
+      absl::StrCat(roomy.size(), " registered ", kind, " ",
+                   Plural(roomy.size(), "worker", "workers"), " with enough device memory");
+  if (hosting.empty()) {
+    const WorkerCapacity* best = roomy.front();
+    for (const WorkerCapacity* w : roomy) {
+      if (w->host_memory_bytes > best->host_memory_bytes) best = w;
+    }
+    out.resource = Shortfall::Resource::kHost;
+    out.memory = best->memory_bytes;
+    out.host_memory = best->host_memory_bytes;
+    out.text = best->host_memory_bytes > 0
+                   ? absl::StrCat("host memory is short: the most any of the ", among,
+                                  " offers is ", FormatByteSize(best->host_memory_bytes), " (",
+                                  best->host_memory_bytes, " bytes)")
+                   : absl::StrCat("host memory is short: none of the ", among,
+                                  " offers host memory (sbp-worker --host-memory)");
+    return out;
+  }
+  int64_t disk = 0;
+  for (const WorkerCapacity* w : hosting) disk = std::max(disk, w->offload_disk_bytes);
+  out.resource = Shortfall::Resource::kDisk;
+  out.text = absl::StrCat(
+      "offload disk is short: ",
+      disk > 0 ? absl::StrCat("the most any of the ", hosting.size(), " ", kind, " ",
+                              Plural(hosting.size(), "worker", "workers"),
+                              " with enough device and host memory offers is ",
+                              FormatByteSize(disk), " (", disk, " bytes)")
+               : absl::StrCat("none of the ", hosting.size(), " ", kind, " ",
+                              Plural(hosting.size(), "worker", "workers"),
+                              " with enough device and host memory offers offload disk "
+                              "(sbp-worker --offload-disk)"));
+  return out;
 }
 
 // What would fit a worker of `memory` bytes, in the spec's terms, as far as
 // `budget` allows.
-std::vector<std::string> Suggestions(const AdmissionPlan& plan, int64_t memory,
+std::vector<std::string> Suggestions(const PlanRequest& r, double margin, int64_t memory,
                                      PlanBudget& budget) {
   std::vector<std::string> out;
-  const double margin = plan.safety_margin;
-  const PlanRequest& r = plan.request;
   auto fits = [&](const PlanRequest& trial) -> absl::StatusOr<MemoryPlan> {
     if (!budget.Spend(1)) return absl::DeadlineExceededError("planner budget spent");
     return PlanAutoChunks(trial, memory, margin);
@@ -225,18 +340,77 @@ AdmissionPlan PlanAdmission(const JobSpec& spec, const PathPolicy& paths) {
     return out;
   }
   out.request = PlanRequestForSpec(spec, *source.config);
-  absl::StatusOr<MemoryPlan> minimum = PlanMinimum(out.request);
-  if (!minimum.ok()) {
-    out.note = absl::StrCat("memory not planned (", source.where, "): ", minimum.status().message(),
-                            "; admitted without a planned memory requirement");
-    return out;
+  out.safety_margin = DefaultSafetyMargin(spec.resources.device);
+  const double margin = out.safety_margin;
+  // `auto` runs in the fastest tier that fits the worker: device, host, then
+  // disk (the disk tier only on workers that offer offload disk).
+  const bool automatic = !spec.streambp.offload.checkpoints.has_value();
+  std::vector<CheckpointTier> tiers = {out.request.checkpoint_tier};
+  if (automatic) tiers = {CheckpointTier::kDevice, CheckpointTier::kHost, CheckpointTier::kDisk};
+  for (CheckpointTier tier : tiers) {
+    PlanRequest trial = out.request;
+    trial.checkpoint_tier = tier;
+    absl::StatusOr<MemoryPlan> minimum = PlanMinimum(trial);
+    if (!minimum.ok()) {
+      if (out.tiers.empty()) {
+        out.note =
+            absl::StrCat("memory not planned (", source.where, "): ", minimum.status().message(),
+                         "; admitted without a planned memory requirement");
+        return out;
+      }
+      continue;
+    }
+    TierOption option{trial, *std::move(minimum), {}};
+    option.need.memory_bytes = RequiredMemory(option.minimum.peak_bytes, margin);
+    if (option.minimum.host_bytes > 0) {
+      option.need.host_memory_bytes = RequiredMemory(option.minimum.host_bytes, margin);
+    }
+    // An explicit disk tier is bounded by the worker's disk itself; auto
+    // takes the disk tier only within a worker's offered offload disk.
+    if (automatic && tier == CheckpointTier::kDisk) {
+      option.need.offload_disk_bytes =
+          std::max<int64_t>(1, RequiredMemory(option.minimum.disk_bytes, margin));
+    }
+    out.tiers.push_back(std::move(option));
   }
   out.planned = true;
-  out.minimum = *std::move(minimum);
-  out.safety_margin = DefaultSafetyMargin(spec.resources.device);
-  const int64_t needed = RequiredMemory(out.minimum.peak_bytes, out.safety_margin);
-  if (spec.resources.memory_bytes <= 0) out.required_memory_bytes = needed;
-  out.note = absl::StrCat("memory plan from ", source.where, ": needs ", Need(out));
+  out.request = out.tiers.front().request;
+  out.minimum = out.tiers.front().minimum;
+  const int64_t budget = spec.resources.memory_bytes;
+  for (TierOption& t : out.tiers) {
+    WorkerNeed need = t.need;
+    if (budget > 0) {
+      if (budget < need.memory_bytes) continue;  // resources.memory is the job's device budget
+      need.memory_bytes = budget;
+    }
+    std::vector<WorkerNeed> with = out.needs;
+    with.push_back(need);
+    if (WithoutDominated(with).size() == out.needs.size()) continue;  // a faster tier needs no more
+    t.needed = true;
+    out.needs.push_back(need);
+  }
+  if (!out.needs.empty()) {
+    out.required_memory_bytes = out.needs.front().memory_bytes;
+    out.required_host_memory_bytes = out.needs.front().host_memory_bytes;
+    out.required_offload_disk_bytes = out.needs.front().offload_disk_bytes;
+    out.alternative_needs.assign(out.needs.begin() + 1, out.needs.end());
+  } else if (budget <= 0) {
+    out.required_memory_bytes = out.tiers.front().need.memory_bytes;
+  }
+  out.note = absl::StrCat("memory plan from ", source.where, ": needs ",
+                          TierNeed(out.tiers.front(), margin, /*detailed=*/true));
+  if (automatic || out.request.checkpoint_tier != CheckpointTier::kDevice ||
+      out.request.optimizer_offload) {
+    absl::StrAppend(&out.note, " with its ", TierPhrase(out.request));
+  }
+  for (size_t i = 1; i < out.tiers.size(); ++i) {
+    const TierOption& t = out.tiers[i];
+    absl::StrAppend(&out.note, "; or with its ", TierPhrase(t.request), ", ",
+                    TierNeed(t, margin, /*detailed=*/false));
+  }
+  if (automatic) {
+    absl::StrAppend(&out.note, " (checkpoints: auto takes the fastest tier the worker fits)");
+  }
   if (out.request.mode == BackwardMode::kStream &&
       (out.request.chunk_tokens == 0 || out.request.logits_chunk_tokens == 0)) {
     absl::StrAppend(&out.note, "; auto chunk sizes grow with the worker's memory");
@@ -244,16 +418,12 @@ AdmissionPlan PlanAdmission(const JobSpec& spec, const PathPolicy& paths) {
   return out;
 }
 
-absl::Status CheckAdmission(const JobSpec& spec, const AdmissionPlan& plan,
-                            const std::vector<WorkerCapacity>& workers) {
-  if (!plan.planned) return absl::OkStatus();
-  const int64_t needed = RequiredMemory(plan.minimum.peak_bytes, plan.safety_margin);
-  if (spec.resources.memory_bytes > 0 && spec.resources.memory_bytes < needed) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "resources.memory: ", FormatByteSize(spec.resources.memory_bytes),
-        " is less than the job needs: ", Need(plan), "; raise resources.memory to at least ",
-        FormatByteSize(needed), " or leave it out"));
-  }
+namespace {
+
+// The message of a job that fits none of `workers` (of its device) in the
+// device tier: the planner's numbers and what would fit the largest worker.
+std::string DeviceRefusal(const JobSpec& spec, const AdmissionPlan& plan,
+                          const std::vector<WorkerCapacity>& workers, PlanBudget& budget) {
   const std::string device(DeviceKindName(spec.resources.device));
   int64_t registered = 0, largest = 0;
   for (const WorkerCapacity& w : workers) {
@@ -261,15 +431,13 @@ absl::Status CheckAdmission(const JobSpec& spec, const AdmissionPlan& plan,
     ++registered;
     largest = std::max(largest, w.memory_bytes);
   }
-  // No worker of this device yet: the job waits for one (the scheduler says so).
-  if (registered == 0 || largest >= needed) return absl::OkStatus();
   std::string message =
       absl::StrCat("the job fits no registered ", device, " worker: it needs ", Need(plan),
                    ", but the largest of ", registered, " registered ", device, " ",
                    registered == 1 ? "worker has " : "workers has ", FormatByteSize(largest), " (",
                    largest, " bytes)");
-  PlanBudget budget;
-  const std::vector<std::string> suggestions = Suggestions(plan, largest, budget);
+  const std::vector<std::string> suggestions =
+      Suggestions(plan.request, plan.safety_margin, largest, budget);
   if (budget.exhausted()) {
     absl::StrAppend(&message, suggestions.empty() ? "; " : ". To fit a ",
                     suggestions.empty() ? "" : FormatByteSize(largest),
@@ -282,6 +450,101 @@ absl::Status CheckAdmission(const JobSpec& spec, const AdmissionPlan& plan,
   } else {
     absl::StrAppend(&message, ". To fit a ", FormatByteSize(largest),
                     " worker: ", absl::StrJoin(suggestions, "; "));
+  }
+  return message;
+}
+
+// Why `t` fits none of `workers`, with what would fit, as far as `budget`
+// allows (`automatic`: the job tries every tier itself).
+std::string TierRefusal(const TierOption& t, DeviceKind device, double margin, bool automatic,
+                        const std::vector<WorkerCapacity>& workers, PlanBudget& budget) {
+  const Shortfall shortfall = FindShortfall(t.need, device, workers);
+  const bool device_short = shortfall.resource == Shortfall::Resource::kDevice;
+  std::string text =
+      absl::StrCat("with its ", TierPhrase(t.request), " it needs ",
+                   TierNeed(t, margin, /*detailed=*/device_short), "; ", shortfall.text);
+  std::vector<std::string> suggestions;
+  if (device_short) {
+    suggestions = Suggestions(t.request, margin, shortfall.memory, budget);
+  } else if (shortfall.resource == Shortfall::Resource::kHost) {
+    if (!automatic && t.request.checkpoint_tier == CheckpointTier::kHost && budget.Spend(1)) {
+      PlanRequest disk = t.request;
+      disk.checkpoint_tier = CheckpointTier::kDisk;
+      if (PlanTier(disk, shortfall.memory, margin, shortfall.host_memory, 0).ok()) {
+        suggestions.push_back(
+            "the disk tier: streambp.offload.checkpoints: disk (layer checkpoints in a file)");
+      }
+    }
+    if (shortfall.host_memory > 0 && budget.Spend(kSeqLenSearchCost)) {
+      absl::StatusOr<int64_t> longest =
+          MaxSequenceLength(t.request, shortfall.memory, margin, shortfall.host_memory, 0);
+      if (longest.ok() && *longest > 0) {
+        suggestions.push_back(absl::StrCat("a shorter seq_len: at most ", *longest,
+                                           " tokens in the ",
+                                           CheckpointTierName(t.request.checkpoint_tier), " tier"));
+      }
+    }
+  }
+  if (!suggestions.empty()) {
+    absl::StrAppend(&text, "; to fit: ", absl::StrJoin(suggestions, ", or "));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::Status CheckAdmission(const JobSpec& spec, const AdmissionPlan& plan,
+                            const std::vector<WorkerCapacity>& workers) {
+  if (!plan.planned) return absl::OkStatus();
+  if (plan.needs.empty()) {
+    // resources.memory is below every tier's requirement.
+    const int64_t needed = RequiredMemory(plan.minimum.peak_bytes, plan.safety_margin);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "resources.memory: ", FormatByteSize(spec.resources.memory_bytes),
+        " is less than the job needs: ", Need(plan), "; raise resources.memory to at least ",
+        FormatByteSize(needed), " or leave it out"));
+  }
+  std::vector<WorkerNeed> needs;  // as planned (not resources.memory)
+  for (const TierOption& t : plan.tiers) {
+    if (t.needed) needs.push_back(t.need);
+  }
+  int64_t registered = 0;
+  for (const WorkerCapacity& w : workers) {
+    if (w.device != spec.resources.device) continue;
+    ++registered;
+    if (MeetsAny({w.memory_bytes, w.host_memory_bytes, w.offload_disk_bytes}, needs)) {
+      return absl::OkStatus();
+    }
+  }
+  // No worker of this device yet: the job waits for one (the scheduler says so).
+  if (registered == 0) return absl::OkStatus();
+  PlanBudget budget;
+  const TierOption& first = plan.tiers.front();
+  std::string message;
+  size_t next = 0;
+  if (first.needed && first.request.checkpoint_tier == CheckpointTier::kDevice &&
+      first.need.host_memory_bytes == 0) {
+    // The device tier as it always was: the planner's numbers and suggestions.
+    message = DeviceRefusal(spec, plan, workers, budget);
+    next = 1;
+  } else {
+    message = absl::StrCat("the job fits no registered ", DeviceKindName(spec.resources.device),
+                           " worker: ");
+  }
+  const bool automatic = !spec.streambp.offload.checkpoints.has_value();
+  std::vector<std::string> tiers;
+  for (size_t i = next; i < plan.tiers.size(); ++i) {
+    if (!plan.tiers[i].needed) continue;
+    tiers.push_back(TierRefusal(plan.tiers[i], spec.resources.device, plan.safety_margin, automatic,
+                                workers, budget));
+  }
+  if (!tiers.empty()) {
+    absl::StrAppend(
+        &message, next == 0 ? "" : ". Nor in another memory tier: ", absl::StrJoin(tiers, ". Or "));
+  }
+  if (next == 0 && budget.exhausted()) {
+    absl::StrAppend(&message,
+                    "; the search for what would fit stopped at the planner's limit per submit");
   }
   return absl::ResourceExhaustedError(message);
 }

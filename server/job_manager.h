@@ -112,6 +112,8 @@ struct RegisterRequest {
   std::string name;
   DeviceKind device = DeviceKind::kCpu;
   int64_t memory_bytes = 0;
+  int64_t host_memory_bytes = 0;   // offered to the memory tiers; 0: none
+  int64_t offload_disk_bytes = 0;  // offered to `checkpoints: auto`'s disk tier; 0: none
   std::string version;
   std::optional<AttemptKey> running;  // the attempt the worker is still training
   std::string identity;               // the worker identity registering it
@@ -339,7 +341,8 @@ class JobManager {
   void UpdateWorkerCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops a no-longer-active assignment from its worker's in-memory list.
   void ForgetIfInactive(const AssignmentRecord& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Device and memory of every worker that is not lost (admission).
+  // Device, memory, host memory and offload disk of every worker that is not
+  // lost (admission).
   std::vector<WorkerCapacity> LiveWorkerCapacities() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // "<owner>/" with user areas, else "".
   std::string RunArea(const std::string& owner) const;

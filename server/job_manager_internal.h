@@ -40,10 +40,17 @@ inline std::string Scope(absl::string_view job_id, int attempt) {
 }
 
 inline SchedulerJob ToSchedulerJob(const JobRecord& job) {
-  return SchedulerJob{job.id,       job.seq,
-                      job.priority, job.world_size,
-                      job.device,   job.required_memory_bytes,
-                      job.owner,    job.state == JobState::kPending ? job.preempted_by : ""};
+  return SchedulerJob{job.id,
+                      job.seq,
+                      job.priority,
+                      job.world_size,
+                      job.device,
+                      job.required_memory_bytes,
+                      job.owner,
+                      job.state == JobState::kPending ? job.preempted_by : "",
+                      job.required_host_memory_bytes,
+                      job.required_offload_disk_bytes,
+                      job.alternative_needs};
 }
 
 inline absl::string_view OutcomeName(Outcome outcome) {

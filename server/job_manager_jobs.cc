@@ -154,6 +154,9 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const Identity& caller,
   job.world_size = static_cast<int>(spec.resources.world_size);
   job.device = spec.resources.device;
   job.required_memory_bytes = admission.required_memory_bytes;
+  job.required_host_memory_bytes = admission.required_host_memory_bytes;
+  job.required_offload_disk_bytes = admission.required_offload_disk_bytes;
+  job.alternative_needs = admission.alternative_needs;
   job.request_id = request_id;
   job.created_at = now;
   Change change;
@@ -268,7 +271,10 @@ int64_t JobManager::PendingJobsOf(const std::string& owner) const {
 std::vector<WorkerCapacity> JobManager::LiveWorkerCapacities() const {
   std::vector<WorkerCapacity> out;
   for (const auto& [id, w] : workers_) {
-    if (!w.record.lost) out.push_back({id, w.record.device, w.record.memory_bytes});
+    if (!w.record.lost) {
+      out.push_back({id, w.record.device, w.record.memory_bytes, w.record.host_memory_bytes,
+                     w.record.offload_disk_bytes});
+    }
   }
   return out;
 }

@@ -68,7 +68,8 @@ void JobManager::RunScheduler(size_t refresh_batch) {
   workers.reserve(live_workers.size());
   for (const WorkerEntry* w : live_workers) {
     workers.push_back({w->record.id, w->record.device, w->record.memory_bytes,
-                       w->confirmed && w->active.empty() && !w->finishing.has_value()});
+                       w->confirmed && w->active.empty() && !w->finishing.has_value(),
+                       w->record.host_memory_bytes, w->record.offload_disk_bytes});
   }
   const ScheduleLimits limits = CurrentLimits();
   const std::vector<RunningJob> running = RunningJobs();

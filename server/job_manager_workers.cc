@@ -76,6 +76,13 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
     return InvalidField("memory_bytes", absl::StrCat("must be a positive number of bytes (got ",
                                                      request.memory_bytes, ")"));
   }
+  if (request.host_memory_bytes < 0 || request.offload_disk_bytes < 0) {
+    const bool host = request.host_memory_bytes < 0;
+    return InvalidField(
+        host ? "host_memory_bytes" : "offload_disk_bytes",
+        absl::StrCat("must be 0 (none) or a positive number of bytes (got ",
+                     host ? request.host_memory_bytes : request.offload_disk_bytes, ")"));
+  }
   if (request.name.size() > kMaxIdLength) {
     return InvalidField("name", absl::StrCat("must be at most ", kMaxIdLength, " characters"));
   }
@@ -106,6 +113,8 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
   entry.record.name = request.name.empty() ? id : request.name;
   entry.record.device = request.device;
   entry.record.memory_bytes = request.memory_bytes;
+  entry.record.host_memory_bytes = request.host_memory_bytes;
+  entry.record.offload_disk_bytes = request.offload_disk_bytes;
   entry.record.version = request.version;
   if (created || was_lost) entry.record.registered_at = now;
   entry.record.last_heartbeat = now;
@@ -121,6 +130,12 @@ absl::StatusOr<Registration> JobManager::Register(const RegisterRequest& request
   }
   LOG(INFO) << "worker " << id << (created ? " registered" : " re-registered") << " ("
             << DeviceKindName(request.device) << ", " << FormatByteSize(request.memory_bytes)
+            << (request.host_memory_bytes > 0
+                    ? absl::StrCat(", host memory ", FormatByteSize(request.host_memory_bytes))
+                    : std::string())
+            << (request.offload_disk_bytes > 0
+                    ? absl::StrCat(", offload disk ", FormatByteSize(request.offload_disk_bytes))
+                    : std::string())
             << ")";
   RunScheduler();
   UpdateGauges();
@@ -201,6 +216,11 @@ absl::StatusOr<ProgressAnswer> JobManager::ReportProgress(const ProgressReport& 
   if (report.checkpoint.size() > kMaxTextLength || report.message.size() > kMaxTextLength) {
     return InvalidField(report.checkpoint.size() > kMaxTextLength ? "checkpoint" : "message",
                         absl::StrCat("must be at most ", kMaxTextLength, " bytes"));
+  }
+  const std::string& tier = report.progress.checkpoint_tier;
+  if (!tier.empty() && tier != "device" && tier != "host" && tier != "disk") {
+    return InvalidField("progress.checkpoint_tier",
+                        "must be \"device\", \"host\", \"disk\" or empty");
   }
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(WorkerEntry * w, LiveWorker(report.worker_id));

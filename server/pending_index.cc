@@ -21,7 +21,7 @@ bool PendingIndex::Add(const SchedulerJob& job, std::string reason) {
   fifo_.emplace(entry.key, &entry);
   levels_[job.priority][job.owner].emplace(entry.key, &entry);
   ++owners_[job.owner];
-  ++shapes_[Shape(job.device, job.memory_bytes)];
+  ++shapes_[Shape(job.device, JobNeeds(job))];
   return true;
 }
 
@@ -37,7 +37,7 @@ void PendingIndex::Remove(const std::string& id) {
   if (queue->second.empty()) level->second.erase(queue);
   if (level->second.empty()) levels_.erase(level);
   Decrement(owners_, job.owner);
-  Decrement(shapes_, Shape(job.device, job.memory_bytes));
+  Decrement(shapes_, Shape(job.device, JobNeeds(job)));
   if (entry.cause.has_value()) Decrement(causes_, *entry.cause);
   by_id_.erase(it);
 }

@@ -3,7 +3,7 @@
 // priority (highest first), then each owner's jobs in FIFO order (the fair
 // share among owners is merged per pass, server/scheduling_pass.h). Also
 // counts jobs by owner (pending-job quotas), by resource shape (device and
-// memory: which jobs any idle worker could take) and by wait cause (the
+// needs: which jobs any idle worker could take) and by wait cause (the
 // sbp_pending_jobs gauge), and remembers the reason last written for each
 // job so that only changed reasons are written.
 #pragma once
@@ -30,8 +30,8 @@ class PendingIndex {
     std::optional<WaitCause> cause;    // of `reason`, once the scheduler gave one
     std::pair<int64_t, uint64_t> key;  // (seq, arrival): FIFO, ties in arrival order
   };
-  // Device and memory requirement: the workers a job may use.
-  using Shape = std::pair<DeviceKind, int64_t>;
+  // Device and needs (JobNeeds): the workers a job may use.
+  using Shape = std::pair<DeviceKind, std::vector<WorkerNeed>>;
   // One owner's jobs at one priority, FIFO.
   using OwnerQueue = std::map<std::pair<int64_t, uint64_t>, const Entry*>;
   using Level = absl::flat_hash_map<std::string, OwnerQueue>;

@@ -50,12 +50,21 @@ void ToProto(const JobRecord& job, v1::Job* out) {
   p->set_eta_seconds(job.progress.eta_seconds);
   p->set_eval_loss(job.progress.eval_loss);
   p->set_eval_step(job.progress.eval_step);
+  p->set_checkpoint_tier(job.progress.checkpoint_tier);
+  p->set_optimizer_offload(job.progress.optimizer_offload);
+  p->set_host_tier_bytes(job.progress.host_tier_bytes);
+  p->set_host_tier_peak_bytes(job.progress.host_tier_peak_bytes);
+  p->set_disk_tier_bytes(job.progress.disk_tier_bytes);
+  p->set_offload_copy_bytes_per_second(job.progress.offload_copy_bytes_per_second);
+  p->set_offload_wait_seconds(job.progress.offload_wait_seconds);
   if (job.progress.updated_at != absl::UnixEpoch()) {
     SetTime(job.progress.updated_at, p->mutable_updated_at());
   }
   out->set_failure_class(static_cast<v1::FailureClass>(job.failure_class));
   out->set_last_checkpoint(job.last_checkpoint);
   out->set_required_memory_bytes(job.required_memory_bytes);
+  out->set_required_host_memory_bytes(job.required_host_memory_bytes);
+  out->set_required_offload_disk_bytes(job.required_offload_disk_bytes);
   out->set_request_id(job.request_id);
   out->set_revision(job.revision);
   if (job.created_at != absl::UnixEpoch()) SetTime(job.created_at, out->mutable_created_at());
@@ -79,6 +88,8 @@ void ToProto(const WorkerView& worker, v1::Worker* out) {
   out->set_name(worker.record.name);
   out->set_device(DeviceKindToProto(worker.record.device));
   out->set_memory_bytes(worker.record.memory_bytes);
+  out->set_host_memory_bytes(worker.record.host_memory_bytes);
+  out->set_offload_disk_bytes(worker.record.offload_disk_bytes);
   out->set_state(std::string(WorkerStateName(worker.state)));
   out->set_job_id(worker.job_id);
   out->mutable_memory()->set_current_bytes(worker.memory.current_bytes);
@@ -116,6 +127,13 @@ ProgressRecord FromProto(const v1::JobProgress& p) {
   r.eta_seconds = p.eta_seconds();
   r.eval_loss = p.eval_loss();
   r.eval_step = p.eval_step();
+  r.checkpoint_tier = p.checkpoint_tier();
+  r.optimizer_offload = p.optimizer_offload();
+  r.host_tier_bytes = p.host_tier_bytes();
+  r.host_tier_peak_bytes = p.host_tier_peak_bytes();
+  r.disk_tier_bytes = p.disk_tier_bytes();
+  r.offload_copy_bytes_per_second = p.offload_copy_bytes_per_second();
+  r.offload_wait_seconds = p.offload_wait_seconds();
   if (p.has_updated_at()) r.updated_at = GetTime(p.updated_at());
   return r;
 }

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "kernels/dtype.h"
 #include "server/job_state.h"
+#include "server/worker_need.h"
 
 namespace sbp::server {
 
@@ -29,6 +30,14 @@ struct ProgressRecord {
   double eval_loss = 0;
   int64_t eval_step = 0;                      // 0: no validation loss yet
   absl::Time updated_at = absl::UnixEpoch();  // epoch: never
+  // The memory tiers (see streambp.v1.JobProgress).
+  std::string checkpoint_tier;
+  bool optimizer_offload = false;
+  int64_t host_tier_bytes = 0;
+  int64_t host_tier_peak_bytes = 0;
+  int64_t disk_tier_bytes = 0;
+  double offload_copy_bytes_per_second = 0;
+  double offload_wait_seconds = 0;
   bool operator==(const ProgressRecord&) const = default;
 };
 
@@ -48,6 +57,12 @@ struct JobRecord {
   int64_t required_memory_bytes = 0;  // per worker; 0: no requirement
   std::string request_id;             // "" when the client gave none
   int64_t revision = 0;               // increases with every change
+  // The memory tiers, per worker (fixed at the submit): host memory and
+  // offload disk beside required_memory_bytes (0: none), and other ways a
+  // worker may hold the job (`checkpoints: auto`; server/worker_need.h).
+  int64_t required_host_memory_bytes = 0;
+  int64_t required_offload_disk_bytes = 0;
+  std::vector<WorkerNeed> alternative_needs;
   FailureClass failure_class = FailureClass::kUnspecified;
   std::string last_checkpoint;
   ProgressRecord progress;
@@ -102,6 +117,9 @@ struct WorkerRecord {
   std::string name;
   DeviceKind device = DeviceKind::kCpu;
   int64_t memory_bytes = 0;
+  // What it offers the memory tiers (0: none; server/worker_need.h).
+  int64_t host_memory_bytes = 0;
+  int64_t offload_disk_bytes = 0;
   std::string version;
   absl::Time registered_at = absl::UnixEpoch();
   absl::Time last_heartbeat = absl::UnixEpoch();

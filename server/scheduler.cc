@@ -23,6 +23,13 @@ const char* WaitCauseName(WaitCause cause) {
   return "unknown";
 }
 
+std::vector<WorkerNeed> JobNeeds(const SchedulerJob& job) {
+  std::vector<WorkerNeed> needs = {
+      {job.memory_bytes, job.host_memory_bytes, job.offload_disk_bytes}};
+  needs.insert(needs.end(), job.alternatives.begin(), job.alternatives.end());
+  return needs;
+}
+
 ScheduleResult Schedule(std::vector<SchedulerJob> jobs, const std::vector<SchedulerWorker>& workers,
                         const ScheduleLimits& limits, const std::vector<RunningJob>& running) {
   PendingIndex pending;

@@ -1,7 +1,8 @@
 // Gang scheduling as a pure function: pending jobs (highest priority first,
 // then oldest first) get all `world_size` workers they need at once or none.
-// A worker fits a job when its device matches and its memory covers the
-// job's per-worker requirement. A job that fits the cluster but not the idle
+// A worker fits a job when its device matches and it meets one of the job's
+// per-worker needs (server/worker_need.h): device memory, and for the memory
+// tiers host memory and offload disk. A job that fits the cluster but not the idle
 // workers holds the idle workers it could use, so later jobs cannot starve
 // it; a job that can never fit the registered workers holds nothing. Every
 // job left waiting gets a reason a user can act on. A job that fits the
@@ -17,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "kernels/dtype.h"
 #include "server/preemption.h"
+#include "server/worker_need.h"
 
 namespace sbp::server {
 
@@ -30,7 +32,16 @@ struct SchedulerJob {
   std::string owner;         // the identity that submitted it
   // The job that preempted it last ("" when none): its waiting reason says so.
   std::string preempted_by;
+  // The memory tiers: host memory and offload disk it needs per worker
+  // beside memory_bytes (0: none), and other ways a worker may hold it
+  // (`checkpoints: auto`: other tiers, with other figures).
+  int64_t host_memory_bytes = 0;
+  int64_t offload_disk_bytes = 0;
+  std::vector<WorkerNeed> alternatives;
 };
+
+// {memory_bytes, host_memory_bytes, offload_disk_bytes}, then the alternatives.
+std::vector<WorkerNeed> JobNeeds(const SchedulerJob& job);
 
 // What the users already hold and may hold (their quotas).
 struct ScheduleLimits {
@@ -44,6 +55,10 @@ struct SchedulerWorker {
   DeviceKind device = DeviceKind::kCpu;
   int64_t memory_bytes = 0;
   bool idle = false;
+  // What it offers the memory tiers (0: none; server/worker_need.h).
+  int64_t host_memory_bytes = 0;
+  int64_t offload_disk_bytes = 0;
+  WorkerOffer offer() const { return {memory_bytes, host_memory_bytes, offload_disk_bytes}; }
 };
 
 struct Placement {
@@ -54,7 +69,7 @@ struct Placement {
 // Why a job waits, as a small fixed set (a metric label).
 enum class WaitCause {
   kNoWorkers,      // no worker of its device is registered
-  kTooFewFitting,  // fewer registered workers with enough memory than it needs
+  kTooFewFitting,  // fewer registered workers with enough memory (device, host, disk) than it needs
   kWorkersBusy,    // enough fitting workers, not enough of them idle
   kQuota,          // its owner already runs as many workers as their quota allows
   kPreempting,     // lower-priority jobs are checkpointing to free workers for it
@@ -68,7 +83,10 @@ const char* WaitCauseName(WaitCause cause);
 struct WaitingJob {
   std::string job_id;
   WaitCause cause = WaitCause::kWorkersBusy;
-  // "needs 2 idle cpu workers with >= 9.1 GiB; 1 idle (1 busy, 1 too small); fits: w1, w2"
+  // "needs 2 idle cpu workers with >= 9.1 GiB; 1 idle (1 busy, 1 too small); fits: w1, w2";
+  // a job with several needs names those some registered worker of its
+  // device meets (all of them when none does): "with >= 9.1 GiB or >= 2.0
+  // GiB and >= 300.0 GiB host memory".
   std::string reason;
 };
 

@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/byte_size.h"
 #include "common/check.h"
 #include "server/records.h"
 
@@ -23,10 +22,6 @@ constexpr size_t kMaxTrackedShapes = 64;
 std::string Workers(int64_t n) { return n == 1 ? "worker" : "workers"; }
 std::string Jobs(size_t n) { return n == 1 ? "job" : "jobs"; }
 
-std::string MemoryClause(int64_t bytes) {
-  return bytes > 0 ? absl::StrCat(" with >= ", FormatByteSize(bytes)) : std::string();
-}
-
 // "; fits: w1, w2" naming the workers with enough memory (at most kNamed),
 // when the memory requirement rules some out.
 constexpr size_t kNamed = 5;
@@ -39,19 +34,19 @@ std::string FitsClause(const std::vector<std::string>& fitting, int64_t too_smal
   return clause;
 }
 
-bool Fits(const SchedulerWorker& w, DeviceKind device, int64_t memory_bytes) {
-  return w.device == device && w.memory_bytes >= memory_bytes;
+bool Fits(const SchedulerWorker& w, DeviceKind device, const std::vector<WorkerNeed>& needs) {
+  return w.device == device && MeetsAny(w.offer(), needs);
 }
 
-// How many of `r`'s workers `job` could use.
-int64_t FittingWorkers(const RunningJob& r, const SchedulerJob& job,
+// How many of `r`'s workers a job of `device` and `needs` could use.
+int64_t FittingWorkers(const RunningJob& r, DeviceKind device, const std::vector<WorkerNeed>& needs,
                        const std::vector<SchedulerWorker>& workers,
                        const absl::flat_hash_map<std::string, size_t>& worker_index) {
   int64_t n = 0;
   for (const std::string& id : r.worker_ids) {
     auto it = worker_index.find(id);
     if (it == worker_index.end()) continue;  // lost: frees nothing
-    n += Fits(workers[it->second], job.device, job.memory_bytes);
+    n += Fits(workers[it->second], device, needs);
   }
   return n;
 }
@@ -112,13 +107,19 @@ bool SchedulingPass::Settled(const SchedulerJob& job) const {
   return nothing_fits && (!any_victim_ || job.priority <= lowest_victim_priority_);
 }
 
-SchedulingPass::ShapeView SchedulingPass::Classify(DeviceKind device, int64_t memory_bytes) const {
+SchedulingPass::ShapeView SchedulingPass::Classify(DeviceKind device,
+                                                   const std::vector<WorkerNeed>& needs) const {
   ShapeView view;
+  std::vector<bool> met(needs.size(), false);
   for (size_t i : order_) {
     const SchedulerWorker& w = workers_[i];
     if (w.device != device) continue;
     ++view.on_device;
-    if (w.memory_bytes < memory_bytes) {
+    bool fits = needs.empty();
+    for (size_t n = 0; n < needs.size(); ++n) {
+      if (Meets(w.offer(), needs[n])) fits = met[n] = true;
+    }
+    if (!fits) {
       ++view.too_small;
       continue;
     }
@@ -132,6 +133,10 @@ SchedulingPass::ShapeView SchedulingPass::Classify(DeviceKind device, int64_t me
     } else {
       ++view.busy;
     }
+  }
+  // The needs the registered workers meet, or all when they meet none.
+  for (size_t n = 0; n < needs.size(); ++n) {
+    if (met[n] || view.eligible == 0) view.named.push_back(needs[n]);
   }
   return view;
 }
@@ -156,9 +161,11 @@ namespace {
 // kWorkersBusy when it fits the cluster.
 WaitingJob WaitReason(const SchedulerJob& job, int64_t idle, int64_t on_device, int64_t eligible,
                       int64_t busy, int64_t held, int64_t too_small, const std::string& holder,
-                      const std::vector<std::string>& fitting) {
+                      const std::vector<std::string>& fitting,
+                      const std::vector<WorkerNeed>& named) {
   const std::string device(DeviceKindName(job.device));
   const int64_t need = job.world_size;
+  const std::string clause = NeedsClause(named);
   WaitingJob out{job.id, WaitCause::kWorkersBusy, ""};
   if (on_device == 0) {
     out.cause = WaitCause::kNoWorkers;
@@ -166,9 +173,9 @@ WaitingJob WaitReason(const SchedulerJob& job, int64_t idle, int64_t on_device, 
   } else if (eligible < need) {
     out.cause = WaitCause::kTooFewFitting;
     // It can never fit the workers registered now; more may join.
-    out.reason = absl::StrCat("needs ", need, " ", device, " ", Workers(need),
-                              MemoryClause(job.memory_bytes), " but only ");
-    if (job.memory_bytes > 0) {
+    out.reason =
+        absl::StrCat("needs ", need, " ", device, " ", Workers(need), clause, " but only ");
+    if (!clause.empty()) {
       absl::StrAppend(&out.reason, eligible, " of ", on_device, " registered ", device,
                       " workers have enough memory", FitsClause(fitting, too_small));
     } else {
@@ -176,9 +183,8 @@ WaitingJob WaitReason(const SchedulerJob& job, int64_t idle, int64_t on_device, 
     }
     absl::StrAppend(&out.reason, "; waiting for workers to join");
   } else {
-    out.reason = absl::StrCat("needs ", need, " idle ", device, " ", Workers(need),
-                              MemoryClause(job.memory_bytes), "; ", idle, " idle (", busy,
-                              " busy, ", too_small, " too small");
+    out.reason = absl::StrCat("needs ", need, " idle ", device, " ", Workers(need), clause, "; ",
+                              idle, " idle (", busy, " busy, ", too_small, " too small");
     if (held > 0) absl::StrAppend(&out.reason, ", ", held, " held for earlier job ", holder);
     absl::StrAppend(&out.reason, ")", FitsClause(fitting, too_small));
   }
@@ -202,7 +208,8 @@ void SchedulingPass::Take(const SchedulerJob& job) {
     AddWaiting(std::move(waiting), job);
     return;
   }
-  const ShapeView view = Classify(job.device, job.memory_bytes);
+  const std::vector<WorkerNeed> needs = JobNeeds(job);
+  const ShapeView view = Classify(job.device, needs);
   const int64_t need = job.world_size;
   const int64_t idle = static_cast<int64_t>(view.candidates.size());
   if (idle >= need) {
@@ -216,7 +223,7 @@ void SchedulingPass::Take(const SchedulerJob& job) {
     return;
   }
   waiting = WaitReason(job, idle, view.on_device, view.eligible, view.busy, view.held,
-                       view.too_small, view.holder, view.fitting);
+                       view.too_small, view.holder, view.fitting, view.named);
   if (view.on_device > 0 && view.eligible >= need) {
     // Workers already being freed for it and, when those are too few,
     // running jobs of strictly lower priority asked to stop.
@@ -227,11 +234,11 @@ void SchedulingPass::Take(const SchedulerJob& job) {
     for (const RunningJob& r : running_) {
       if (r.preempted_by == job.id) {
         on_the_way.push_back(r.id);
-        freeing += FittingWorkers(r, job, workers_, worker_index_);
+        freeing += FittingWorkers(r, job.device, needs, workers_, worker_index_);
         continue;
       }
       if (preempted_.contains(r.id) || r.priority >= job.priority) continue;
-      const int64_t fitting = FittingWorkers(r, job, workers_, worker_index_);
+      const int64_t fitting = FittingWorkers(r, job.device, needs, workers_, worker_index_);
       if (fitting == 0) continue;
       candidates.push_back({r.priority, r.seq, fitting});
       candidate_jobs.push_back(&r);
@@ -264,15 +271,16 @@ void SchedulingPass::Take(const SchedulerJob& job) {
 WaitingJob SchedulingPass::Waiting(const SchedulerJob& job) {
   WaitingJob waiting;
   if (!QuotaWait(job, waiting)) {
-    const PendingIndex::Shape shape(job.device, job.memory_bytes);
+    PendingIndex::Shape shape(job.device, JobNeeds(job));
     auto view = settled_views_.find(shape);
     if (view == settled_views_.end()) {
-      view = settled_views_.emplace(shape, Classify(job.device, job.memory_bytes)).first;
+      ShapeView classified = Classify(shape.first, shape.second);
+      view = settled_views_.emplace(std::move(shape), std::move(classified)).first;
     }
     const ShapeView& v = view->second;
     const int64_t idle = static_cast<int64_t>(v.candidates.size());
     waiting = WaitReason(job, idle, v.on_device, v.eligible, v.busy, v.held, v.too_small, v.holder,
-                         v.fitting);
+                         v.fitting, v.named);
     if (v.on_device > 0 && v.eligible >= job.world_size) {
       // Settled: no idle worker fits and no running job is a candidate
       // victim, so only preemptions already under way for it can count.

@@ -47,8 +47,11 @@ class SchedulingPass {
     std::vector<std::string> fitting;  // ids of the workers with enough memory
     int64_t on_device = 0, eligible = 0, busy = 0, held = 0, too_small = 0;
     std::string holder;  // the first job holding a fitting worker
+    // The needs the reason names: those some worker of the device meets
+    // (all when none does).
+    std::vector<WorkerNeed> named;
   };
-  ShapeView Classify(DeviceKind device, int64_t memory_bytes) const;
+  ShapeView Classify(DeviceKind device, const std::vector<WorkerNeed>& needs) const;
   // The quota wait of `job`, if its owner's quota stops it.
   bool QuotaWait(const SchedulerJob& job, WaitingJob& out);
   // Places, holds or explains `job` (a job the pass reaches).

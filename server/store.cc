@@ -123,6 +123,16 @@ ALTER TABLE jobs ADD COLUMN preempt_deadline_us INTEGER NOT NULL DEFAULT 0;
     R"sql(
 UPDATE jobs SET request_id = owner || '/' || request_id WHERE request_id IS NOT NULL;
 )sql",
+    // Memory tiers: what a job needs per worker beside device memory (host
+    // memory, offload disk, and other ways to run it: server/worker_need.h),
+    // and what a worker offers them.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN required_host_memory_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN required_offload_disk_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN alternative_needs TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE workers ADD COLUMN host_memory_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE workers ADD COLUMN offload_disk_bytes INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -134,7 +144,8 @@ constexpr char kJobColumns[] =
     "j.failure_class, j.last_checkpoint, j.progress_step, j.progress_json, j.worker_ids, "
     "j.last_event_sequence, j.created_at_us, j.updated_at_us, j.queued_at_us, "
     "j.started_at_us, j.finished_at_us, j.active_at_us, j.owner, j.preemptions, j.preempted_by, "
-    "j.preempt_deadline_us";
+    "j.preempt_deadline_us, j.required_host_memory_bytes, j.required_offload_disk_bytes, "
+    "j.alternative_needs";
 constexpr char kSpecColumns[] = ", s.spec_yaml, s.spec_json";
 constexpr char kJobsWithSpecs[] = " FROM jobs j LEFT JOIN job_specs s ON s.seq = j.seq";
 constexpr char kJobsOnly[] = " FROM jobs j";
@@ -178,6 +189,16 @@ std::string ProgressToJson(const ProgressRecord& p) {
             {"eval_loss", Number(p.eval_loss)},
             {"eval_step", p.eval_step},
             {"updated_at_us", ToMicros(p.updated_at)}};
+  // The memory tiers, once a step reported them.
+  if (!p.checkpoint_tier.empty() || p.optimizer_offload) {
+    j["checkpoint_tier"] = p.checkpoint_tier;
+    j["optimizer_offload"] = p.optimizer_offload;
+    j["host_tier_bytes"] = p.host_tier_bytes;
+    j["host_tier_peak_bytes"] = p.host_tier_peak_bytes;
+    j["disk_tier_bytes"] = p.disk_tier_bytes;
+    j["offload_copy_bytes_per_second"] = Number(p.offload_copy_bytes_per_second);
+    j["offload_wait_seconds"] = Number(p.offload_wait_seconds);
+  }
   return j.dump();
 }
 
@@ -200,6 +221,17 @@ ProgressRecord ProgressFromJson(const std::string& text) {
   p.eval_loss = ReadDouble(j, "eval_loss", 0);
   p.eval_step = ReadInt(j, "eval_step");
   p.updated_at = FromMicros(ReadInt(j, "updated_at_us"));
+  if (auto tier = j.find("checkpoint_tier"); tier != j.end() && tier->is_string()) {
+    p.checkpoint_tier = tier->get<std::string>();
+  }
+  if (auto offload = j.find("optimizer_offload"); offload != j.end() && offload->is_boolean()) {
+    p.optimizer_offload = offload->get<bool>();
+  }
+  p.host_tier_bytes = ReadInt(j, "host_tier_bytes");
+  p.host_tier_peak_bytes = ReadInt(j, "host_tier_peak_bytes");
+  p.disk_tier_bytes = ReadInt(j, "disk_tier_bytes");
+  p.offload_copy_bytes_per_second = ReadDouble(j, "offload_copy_bytes_per_second", 0);
+  p.offload_wait_seconds = ReadDouble(j, "offload_wait_seconds", 0);
   return p;
 }
 
@@ -252,6 +284,9 @@ absl::StatusOr<JobRecord> RowToJob(const sqlite::Statement& s, bool with_spec) {
   job.preemptions = static_cast<int>(s.ColumnInt(c++));
   job.preempted_by = s.ColumnText(c++);
   job.preempt_deadline = FromMicros(s.ColumnInt(c++));
+  job.required_host_memory_bytes = s.ColumnInt(c++);
+  job.required_offload_disk_bytes = s.ColumnInt(c++);
+  job.alternative_needs = NeedsFromJson(s.ColumnText(c++));
   if (with_spec) {
     job.spec_yaml = s.ColumnText(c++);
     job.spec_json = s.ColumnText(c++);
@@ -297,7 +332,8 @@ void BindJob(sqlite::Statement& s, const JobRecord& job) {
   s.Bind(i++, ToMicros(job.started_at));
   s.Bind(i++, ToMicros(job.finished_at));
   s.Bind(i++, ToMicros(job.active_at));
-  // The owner is fixed at the submit: InsertJob binds it (?25), UpdateJob never.
+  // The owner is fixed at the submit: InsertJob binds it (?25), UpdateJob never;
+  // so are the memory tiers' needs (?29 - ?31).
   s.Bind(26, int64_t{job.preemptions});
   s.Bind(27, job.preempted_by);
   s.Bind(28, ToMicros(job.preempt_deadline));
@@ -463,15 +499,19 @@ absl::StatusOr<int64_t> Store::InsertJob(const JobRecord& job) {
       "device, required_memory_bytes, request_id, revision, failure_class, last_checkpoint, "
       "progress_step, progress_json, worker_ids, last_event_sequence, created_at_us, "
       "updated_at_us, queued_at_us, started_at_us, finished_at_us, active_at_us, owner, "
-      "preemptions, preempted_by, preempt_deadline_us) VALUES "
+      "preemptions, preempted_by, preempt_deadline_us, required_host_memory_bytes, "
+      "required_offload_disk_bytes, alternative_needs) VALUES "
       "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
-      "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)";
+      "?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)";
   // Both rows or neither, inside the caller's transaction or not.
   RETURN_IF_ERROR(db_->Exec("SAVEPOINT insert_job"));
   absl::StatusOr<int64_t> seq = [&]() -> absl::StatusOr<int64_t> {
     ASSIGN_OR_RETURN(sqlite::Statement * s, Prepared(sql, "inserting a job"));
     BindJob(*s, job);
     s->Bind(25, job.owner);
+    s->Bind(29, job.required_host_memory_bytes);
+    s->Bind(30, job.required_offload_disk_bytes);
+    s->Bind(31, NeedsToJson(job.alternative_needs));
     RETURN_IF_ERROR(s->Run());
     const int64_t seq = sqlite3_last_insert_rowid(db_->handle());
     ASSIGN_OR_RETURN(sqlite::Statement * spec,
@@ -770,10 +810,11 @@ absl::Status Store::UpsertWorker(const WorkerRecord& w) {
   ASSIGN_OR_RETURN(
       sqlite::Statement * s,
       Prepared("INSERT INTO workers (id, name, device, memory_bytes, version, registered_at_us, "
-               "last_heartbeat_us, state, identity) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+               "last_heartbeat_us, state, identity, host_memory_bytes, offload_disk_bytes) "
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
                "ON CONFLICT (id) DO UPDATE SET name = ?2, device = ?3, memory_bytes = ?4, "
                "version = ?5, registered_at_us = ?6, last_heartbeat_us = ?7, state = ?8, "
-               "identity = ?9",
+               "identity = ?9, host_memory_bytes = ?10, offload_disk_bytes = ?11",
                "saving a worker"));
   s->Bind(1, w.id)
       .Bind(2, w.name)
@@ -783,14 +824,17 @@ absl::Status Store::UpsertWorker(const WorkerRecord& w) {
       .Bind(6, ToMicros(w.registered_at))
       .Bind(7, ToMicros(w.last_heartbeat))
       .Bind(8, absl::string_view(w.lost ? "lost" : "live"))
-      .Bind(9, w.identity);
+      .Bind(9, w.identity)
+      .Bind(10, w.host_memory_bytes)
+      .Bind(11, w.offload_disk_bytes);
   return s->Run();
 }
 
 absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
   ASSIGN_OR_RETURN(sqlite::Statement * s,
                    Prepared("SELECT id, name, device, memory_bytes, version, registered_at_us, "
-                            "last_heartbeat_us, state, identity FROM workers ORDER BY id",
+                            "last_heartbeat_us, state, identity, host_memory_bytes, "
+                            "offload_disk_bytes FROM workers ORDER BY id",
                             "listing workers"));
   std::vector<WorkerRecord> out;
   while (true) {
@@ -806,6 +850,8 @@ absl::StatusOr<std::vector<WorkerRecord>> Store::ListWorkers() {
     w.last_heartbeat = FromMicros(s->ColumnInt(6));
     w.lost = s->ColumnText(7) == "lost";
     w.identity = s->ColumnText(8);
+    w.host_memory_bytes = s->ColumnInt(9);
+    w.offload_disk_bytes = s->ColumnInt(10);
     out.push_back(std::move(w));
   }
   return out;

@@ -26,7 +26,7 @@ namespace sbp::server {
 class Store {
  public:
   // The schema version this build writes.
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   // Opens or creates the database at `path` (and its directory) and migrates
   // it to kSchemaVersion. FailedPrecondition naming the file when another

@@ -46,6 +46,8 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
         r.worker_id = request->worker_id();
         r.name = request->name();
         r.memory_bytes = request->memory_bytes();
+        r.host_memory_bytes = request->host_memory_bytes();
+        r.offload_disk_bytes = request->offload_disk_bytes();
         r.version = request->version();
         r.running = RunningAttempt(request->has_running(), request->running());
         r.identity = caller.name;

@@ -47,6 +47,8 @@ struct Flags {
   std::string coordinator = "127.0.0.1:7700";
   std::string device = "cpu";
   std::string memory;
+  std::string host_memory;
+  std::string offload_disk = "0";
   std::string work_dir = ".";
   std::string shared_dir;
   std::string metrics_listen;
@@ -123,6 +125,28 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
     }
     options.memory_bytes = *bytes;
   }
+  // The memory tiers: host memory for offloaded state (default: the
+  // machine's, or the container's limit when smaller), and the local disk
+  // `checkpoints: auto` may fill (default none; an explicit disk tier is
+  // bounded by the disk itself).
+  if (flags.host_memory.empty()) {
+    options.host_memory_bytes = HostMemoryLimitBytes();
+  } else {
+    auto bytes = ParseByteSize(flags.host_memory);
+    if (!bytes.ok() || *bytes <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--host-memory: expected a positive size like 64GiB (got ", flags.host_memory, ")"));
+    }
+    options.host_memory_bytes = *bytes;
+  }
+  {
+    auto bytes = ParseByteSize(flags.offload_disk);
+    if (!bytes.ok() || *bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--offload-disk: expected a size like 200GiB, or 0 (got ", flags.offload_disk, ")"));
+    }
+    options.offload_disk_bytes = *bytes;
+  }
   if (!flags.token_file.empty()) {
     auto token = ReadBearerTokenFile(flags.token_file);
     if (!token.ok()) {
@@ -164,6 +188,14 @@ int Main(int argc, char** argv) {
   app.add_option("--memory", flags.memory,
                  "memory to advertise and enforce as the budget, e.g. 8GiB "
                  "(default: the machine's physical memory, or the GPU's with --device cuda:N)");
+  app.add_option("--host-memory", flags.host_memory,
+                 "host memory the memory tiers may use for offloaded layer checkpoints and "
+                 "optimizer state, e.g. 256GiB (default: the machine's physical memory, or the "
+                 "container's memory limit when smaller)");
+  app.add_option("--offload-disk", flags.offload_disk,
+                 "local disk `checkpoints: auto` may fill with the disk tier, e.g. 500GiB "
+                 "(0: none; a job asking for `checkpoints: disk` still runs, bounded by the disk)")
+      ->capture_default_str();
   app.add_option("--work-dir", flags.work_dir, "relative paths in job specs resolve here")
       ->capture_default_str();
   app.add_option("--shared-dir", flags.shared_dir,
@@ -203,9 +235,16 @@ int Main(int argc, char** argv) {
   auto agent = WorkerAgent::Create(*options);
   if (!agent.ok()) return Fail(kExitUsage, std::string(agent.status().message()));
   std::thread(WatchSignals, agent->get()).detach();
+  const std::string tiers = absl::StrCat(
+      options->host_memory_bytes > 0
+          ? absl::StrCat(", host memory ", FormatByteSize(options->host_memory_bytes))
+          : std::string(),
+      options->offload_disk_bytes > 0
+          ? absl::StrCat(", offload disk ", FormatByteSize(options->offload_disk_bytes))
+          : std::string());
   std::fprintf(
-      stderr, "sbp-worker %s: %s, %s, coordinator %s%s%s\n", kVersion, options->name.c_str(),
-      FormatByteSize(options->memory_bytes).c_str(), options->coordinator.c_str(),
+      stderr, "sbp-worker %s: %s, %s%s, coordinator %s%s%s\n", kVersion, options->name.c_str(),
+      FormatByteSize(options->memory_bytes).c_str(), tiers.c_str(), options->coordinator.c_str(),
       (*agent)->metrics_address().empty() ? "" : ", metrics ", (*agent)->metrics_address().c_str());
   std::fprintf(stderr, "sbp-worker: blas %s\n", cpu::BlasSummary().c_str());
   const absl::Status status = (*agent)->Run();

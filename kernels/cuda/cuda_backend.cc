@@ -140,6 +140,11 @@ void CudaBackend::Synchronize() {
   SyncAndCheck("Synchronize");
 }
 
+std::unique_ptr<TransferQueue> CudaBackend::NewTransferQueue() {
+  Bind();
+  return std::make_unique<CudaTransferQueue>(allocator_.index(), allocator_.stream());
+}
+
 void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
   if (!Begin()) return;
   for (const Tensor* t : {&src, static_cast<const Tensor*>(&dst)}) {

@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_allocator.h"
+#include "kernels/cuda/cuda_transfer.h"
 
 namespace sbp {
 namespace cuda {
@@ -55,6 +56,8 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return options_.activation_dtype; }
   void Copy(const Tensor& src, Tensor& dst) override;
   void Synchronize() override;
+  Allocator& host_allocator() override { return pinned_; }
+  std::unique_ptr<TransferQueue> NewTransferQueue() override;
 
   void EmbeddingForward(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tensor& dtable) override;
@@ -133,6 +136,7 @@ class CudaBackend final : public Backend {
 
   CudaAllocator& allocator_;
   CudaBackendOptions options_;
+  PinnedHostAllocator pinned_;                       // the memory tiers' host memory
   const cuda::CublasLibrary* cublas_api_ = nullptr;  // loaded by Create
   cublasHandle_t cublas_ = nullptr;
   std::shared_ptr<Buffer> workspace_;  // cuBLAS workspace

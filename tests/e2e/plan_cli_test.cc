@@ -84,6 +84,72 @@ TEST(PlanCli, TextOutputNamesTheTerms) {
   }
 }
 
+TEST(PlanCli, HostMemoryReportsTheLongestSequencePerTier) {
+  const CommandResult r = Plan(
+      "--preset qwen3-8b --max-seq-len --memory 80GiB --precision bf16 --host-memory 1.8TiB "
+      "--mode stream -o json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = ParseJson(r);
+  ASSERT_TRUE(j["stream"].is_object()) << r.out;
+  ASSERT_EQ(j["stream"].size(), 2u) << r.out;  // device and host (no --disk)
+  const int64_t device = j["stream"]["device"], host = j["stream"]["host"];
+  EXPECT_GT(device, 100'000);
+  EXPECT_GE(host, 1'000'000);  // the long-context target on one 80 GiB GPU
+
+  const CommandResult text = Plan(
+      "--preset qwen3-8b --max-seq-len --memory 80GiB --precision bf16 --host-memory 1.8TiB "
+      "--disk 8TB --mode stream");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const char* part : {"host memory 1.8 TiB, disk 7.3 TiB, optimizer offload on", "  device ",
+                           "  host ", "  disk "}) {
+    EXPECT_NE(text.out.find(part), std::string::npos) << part << "\n" << text.out;
+  }
+}
+
+TEST(PlanCli, OneLengthWithTiersHasHostDiskAndCopies) {
+  CommandResult r = Plan(
+      "--preset qwen3-8b --seq-len 1000000 --memory 80GiB --precision bf16 --host-memory 1.8TiB "
+      "-o json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r);
+  EXPECT_EQ(j["checkpoint_tier"], "host");
+  EXPECT_EQ(j["optimizer_offload"], true);
+  EXPECT_EQ(j["fits"], true);
+  EXPECT_EQ(j["breakdown"].value("layer_input_slots", int64_t{0}), int64_t{2} * 1000000 * 4096 * 2);
+  EXPECT_FALSE(j["breakdown"].contains("optimizer_moments"));
+  EXPECT_EQ(j["host_breakdown"]["host_layer_inputs"], int64_t{35} * 1000000 * 4096 * 2);
+  EXPECT_GT(j["host_breakdown"].value("host_optimizer_moments", int64_t{0}), 0);
+  EXPECT_EQ(j["copy_bytes_per_pass"], int64_t{2} * 35 * 1000000 * 4096 * 2);
+  EXPECT_GT(j["copy_seconds_per_pass"].get<double>(), 0);
+  EXPECT_EQ(j["disk_bytes"], 0);
+
+  // Too little host memory and a disk: the disk tier, as text.
+  r = Plan(
+      "--preset qwen3-8b --seq-len 1000000 --memory 80GiB --precision bf16 --host-memory 200GiB "
+      "--disk 4TB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* part : {"checkpoints: disk tier (auto", "disk_staging", "disk 267.0 GiB",
+                           "copies: checkpoints 534.1 GiB per sequence", "at 5 GB/s",
+                           "copies: optimizer", "host memory 200.0 GiB (180.0 GiB usable)"}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+
+  // Nothing fits: exit 1 naming the short resource.
+  r = Plan(
+      "--preset qwen3-8b --seq-len 1000000 --memory 80GiB --precision bf16 --host-memory 100GiB");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("host memory is short"), std::string::npos) << r.err;
+
+  // The device tier asked for explicitly, the optimizer kept: as before.
+  r = Plan(
+      "--preset qwen3-8b --seq-len 8192 --precision bf16 --checkpoints device "
+      "--optimizer-offload off -o json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = ParseJson(r);
+  EXPECT_EQ(j["host_bytes"], 0);
+  EXPECT_GT(j["breakdown"].value("layer_inputs", int64_t{0}), 0);
+}
+
 TEST(PlanCli, BadInputIsExitCodeTwoWithTheFlag) {
   CommandResult r = Plan("--preset qwen3-8b --max-seq-len");
   EXPECT_EQ(r.exit_code, 2);
@@ -99,6 +165,14 @@ TEST(PlanCli, BadInputIsExitCodeTwoWithTheFlag) {
   EXPECT_NE(r.err.find("precision"), std::string::npos) << r.err;
   r = Plan("--seq-len 100");
   EXPECT_EQ(r.exit_code, 2);
+  r = Plan("--preset qwen3-8b --seq-len 100 --host-memory lots");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--host-memory"), std::string::npos) << r.err;
+  r = Plan("--preset qwen3-8b --seq-len 100 --checkpoints nvme");
+  EXPECT_EQ(r.exit_code, 2);
+  r = Plan("--preset qwen3-8b --seq-len 100 --link-bandwidth fast");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--link-bandwidth"), std::string::npos) << r.err;
 }
 
 }  // namespace

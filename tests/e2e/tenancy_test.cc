@@ -324,6 +324,23 @@ TEST_F(TenancyTest, JobPathsStayInsideTheOwnersArea) {
   EXPECT_NE(r.err.find("checkpoint.dir: 'escape/run' leads outside the owner's area alice/"),
             std::string::npos)
       << r.err;
+  // The disk tier's directory is written like checkpoint.dir: relative and
+  // inside the area, links followed.
+  const std::string chunks = "chunk_tokens: 4, logits_chunk_tokens: 4}";
+  auto disk_tier = [&](const std::string& name, const std::string& dir) {
+    return with(name, chunks,
+                "chunk_tokens: 4, logits_chunk_tokens: 4, offload: {checkpoints: disk, "
+                "disk_dir: " +
+                    dir + "}}");
+  };
+  r = submit("alice", "disk-abs", disk_tier("disk-abs", "/tmp"));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("streambp.offload.disk_dir: '/tmp' must be relative"), std::string::npos)
+      << r.err;
+  r = submit("alice", "disk-link", disk_tier("disk-link", "escape"));
+  EXPECT_NE(r.err.find("streambp.offload.disk_dir: 'escape' leads outside the owner's area alice/"),
+            std::string::npos)
+      << r.err;
   // A config.json linked out of the area: the coordinator refuses it before
   // opening anything, with the same words whether the target exists or not.
   std::string refusals[2];

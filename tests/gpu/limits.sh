@@ -37,6 +37,7 @@ declare -gA GPU_TEST_NEEDS=(
   [kernels_flash_attention_occupancy_gpu_test]=30
   [engine_engine_gpu_test]=60
   [engine_engine_packing_gpu_test]=45
+  [engine_engine_offload_gpu_test]=60 # 64 MiB copies; 4k-token passes in three tiers, f32 and bf16
   [dist_nccl_gpu_test]=45
   [train_trainer_gpu_test]=60 # 20 AdamW steps on the CPU and the GPU, one-rank NCCL
   [train_lora_gpu_test]=45

@@ -15,7 +15,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/byte_size.h"
 #include "server/records.h"
 
 namespace sbp::server {
@@ -23,8 +22,15 @@ namespace {
 
 std::string Workers(int64_t n) { return n == 1 ? "worker" : "workers"; }
 
-std::string MemoryClause(int64_t bytes) {
-  return bytes > 0 ? absl::StrCat(" with >= ", FormatByteSize(bytes)) : std::string();
+// Whether `w` meets one of `job`'s needs (device memory, host memory,
+// offload disk; server/worker_need.h): one need per way to run the job.
+bool MeetsJob(const SchedulerWorker& w, const SchedulerJob& job) {
+  const WorkerOffer offer{w.memory_bytes, w.host_memory_bytes, w.offload_disk_bytes};
+  if (Meets(offer, {job.memory_bytes, job.host_memory_bytes, job.offload_disk_bytes})) return true;
+  for (const WorkerNeed& need : job.alternatives) {
+    if (Meets(offer, need)) return true;
+  }
+  return false;
 }
 
 // "; fits: w1, w2" naming the workers with enough memory (at most kNamed),
@@ -85,7 +91,7 @@ int64_t FittingWorkers(const RunningJob& r, const SchedulerJob& job,
     auto it = worker_index.find(id);
     if (it == worker_index.end()) continue;  // lost: frees nothing
     const SchedulerWorker& w = workers[it->second];
-    n += w.device == job.device && w.memory_bytes >= job.memory_bytes;
+    n += w.device == job.device && MeetsJob(w, job);
   }
   return n;
 }
@@ -195,7 +201,7 @@ ScheduleResult ReferenceSchedule(std::vector<SchedulerJob> jobs,
       const SchedulerWorker& w = workers[i];
       if (w.device != job.device) continue;
       ++on_device;
-      if (w.memory_bytes < job.memory_bytes) {
+      if (!MeetsJob(w, job)) {
         ++too_small;
         continue;
       }
@@ -210,6 +216,23 @@ ScheduleResult ReferenceSchedule(std::vector<SchedulerJob> jobs,
         ++busy;
       }
     }
+    // The reason names the needs some worker of the device meets (all of
+    // them when none does).
+    std::vector<WorkerNeed> named;
+    {
+      std::vector<WorkerNeed> all = {
+          {job.memory_bytes, job.host_memory_bytes, job.offload_disk_bytes}};
+      all.insert(all.end(), job.alternatives.begin(), job.alternatives.end());
+      for (const WorkerNeed& n : all) {
+        bool met = false;
+        for (const SchedulerWorker& w : workers) {
+          met = met || (w.device == job.device &&
+                        Meets({w.memory_bytes, w.host_memory_bytes, w.offload_disk_bytes}, n));
+        }
+        if (met || eligible == 0) named.push_back(n);
+      }
+    }
+    const std::string clause = NeedsClause(named);
     const int64_t need = job.world_size;
     if (static_cast<int64_t>(candidates.size()) >= need) {
       Placement placement{job.id, {}};
@@ -229,9 +252,8 @@ ScheduleResult ReferenceSchedule(std::vector<SchedulerJob> jobs,
     } else if (eligible < need) {
       cause = WaitCause::kTooFewFitting;
       // It can never fit the workers registered now; more may join.
-      reason = absl::StrCat("needs ", need, " ", device, " ", Workers(need),
-                            MemoryClause(job.memory_bytes), " but only ");
-      if (job.memory_bytes > 0) {
+      reason = absl::StrCat("needs ", need, " ", device, " ", Workers(need), clause, " but only ");
+      if (!clause.empty()) {
         absl::StrAppend(&reason, eligible, " of ", on_device, " registered ", device,
                         " workers have enough memory", FitsClause(fitting, too_small));
       } else {
@@ -239,9 +261,8 @@ ScheduleResult ReferenceSchedule(std::vector<SchedulerJob> jobs,
       }
       absl::StrAppend(&reason, "; waiting for workers to join");
     } else {
-      reason = absl::StrCat("needs ", need, " idle ", device, " ", Workers(need),
-                            MemoryClause(job.memory_bytes), "; ", candidates.size(), " idle (",
-                            busy, " busy, ", too_small, " too small");
+      reason = absl::StrCat("needs ", need, " idle ", device, " ", Workers(need), clause, "; ",
+                            candidates.size(), " idle (", busy, " busy, ", too_small, " too small");
       if (held > 0) absl::StrAppend(&reason, ", ", held, " held for earlier job ", holder);
       absl::StrAppend(&reason, ")", FitsClause(fitting, too_small));
       if (Preempt(job, static_cast<int64_t>(candidates.size()), workers, worker_index, running,

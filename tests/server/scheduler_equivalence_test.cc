@@ -1,7 +1,9 @@
 // Schedule() and the incremental SchedulingPass against the reference
 // scheduler (the plain full pass) on random clusters: the same placements,
 // preemptions and waiting reasons, also for the jobs an early-stopping pass
-// leaves settled and explains afterwards.
+// leaves settled and explains afterwards. Some workers offer host memory and
+// offload disk to the memory tiers, and some jobs need them, or have several
+// needs (`checkpoints: auto`).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -33,6 +35,8 @@ Cluster RandomCluster(std::mt19937& rng) {
   for (int i = 0; i < n_workers; ++i) {
     c.workers.push_back({absl::StrCat("w", i), pick(4) == 0 ? DeviceKind::kCuda : DeviceKind::kCpu,
                          memories[1 + pick(4)], pick(3) != 0});
+    if (pick(2) == 0) c.workers.back().host_memory_bytes = memories[1 + pick(4)] * 4;
+    if (pick(3) == 0) c.workers.back().offload_disk_bytes = memories[1 + pick(4)] * 8;
   }
   // Running jobs on the busy workers, one or two workers each.
   std::vector<std::string> busy;
@@ -59,6 +63,15 @@ Cluster RandomCluster(std::mt19937& rng) {
     job.memory_bytes = memories[pick(5)];
     job.owner = owners[pick(3)];
     if (pick(6) == 0) job.preempted_by = "r0";
+    if (pick(4) == 0) job.host_memory_bytes = memories[1 + pick(4)] * 4;
+    if (pick(4) == 0) {
+      // `checkpoints: auto`: a host tier and perhaps a disk tier, each with less device memory.
+      job.alternatives.push_back({memories[pick(5)] / 2, memories[1 + pick(4)] * 4, 0});
+      if (pick(2) == 0) {
+        job.alternatives.push_back(
+            {memories[pick(5)] / 4, memories[pick(5)], memories[1 + pick(4)] * 8});
+      }
+    }
     c.jobs.push_back(std::move(job));
   }
   for (const char* owner : owners) {

@@ -144,6 +144,17 @@ TEST(StoreTest, JobRoundTripAndPersistence) {
   job.preemptions = 1;
   job.preempted_by = "urgent-xyz789";
   job.preempt_deadline = Ms(1700000060999);
+  // The memory tiers: what it needs beside device memory, and its progress.
+  job.required_memory_bytes = int64_t{9} << 30;
+  job.required_host_memory_bytes = int64_t{300} << 30;
+  job.alternative_needs = {{int64_t{2} << 30, int64_t{400} << 30, 0},
+                           {int64_t{2} << 30, 0, int64_t{500} << 30}};
+  job.progress.checkpoint_tier = "host";
+  job.progress.optimizer_offload = true;
+  job.progress.host_tier_bytes = int64_t{3} << 30;
+  job.progress.host_tier_peak_bytes = int64_t{4} << 30;
+  job.progress.offload_copy_bytes_per_second = 1.5e9;
+  job.progress.offload_wait_seconds = 0.25;
   {
     auto store = MustOpen(path);
     ASSERT_NE(store, nullptr);
@@ -351,6 +362,8 @@ TEST(StoreTest, AssignmentsAndWorkers) {
     w.registered_at = Ms(1700000000000);
     w.last_heartbeat = Ms(1700000001000);
     ASSERT_TRUE(store->UpsertWorker(w).ok());
+    w.host_memory_bytes = int64_t{512} << 30;  // re-registered with the memory tiers
+    w.offload_disk_bytes = int64_t{2} << 40;
     w.lost = true;
     ASSERT_TRUE(store->UpsertWorker(w).ok());
   }
@@ -366,6 +379,8 @@ TEST(StoreTest, AssignmentsAndWorkers) {
   EXPECT_TRUE(workers[0].lost);
   EXPECT_EQ(workers[0].device, DeviceKind::kCuda);
   EXPECT_EQ(workers[0].memory_bytes, int64_t{80} << 30);
+  EXPECT_EQ(workers[0].host_memory_bytes, int64_t{512} << 30);
+  EXPECT_EQ(workers[0].offload_disk_bytes, int64_t{2} << 40);
   EXPECT_EQ(workers[0].last_heartbeat, Ms(1700000001000));
 }
 
@@ -606,8 +621,10 @@ CREATE TABLE workers (id TEXT PRIMARY KEY, name TEXT NOT NULL, device TEXT NOT N
   memory_bytes INTEGER NOT NULL, version TEXT NOT NULL DEFAULT '',
   registered_at_us INTEGER NOT NULL DEFAULT 0, last_heartbeat_us INTEGER NOT NULL DEFAULT 0,
   state TEXT NOT NULL DEFAULT 'live') WITHOUT ROWID;
-INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step, request_id)
-  VALUES ('old-1', 'old', 'name: old' || char(10), '{"name":"old"}', 'RUNNING', 7, 'r-1');
+INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step, request_id,
+  required_memory_bytes)
+  VALUES ('old-1', 'old', 'name: old' || char(10), '{"name":"old"}', 'RUNNING', 7, 'r-1', 4096);
+INSERT INTO workers (id, name, device, memory_bytes) VALUES ('w-old', 'old', 'cpu', 8192);
 )sql";
   ASSERT_EQ(sqlite3_exec(raw, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
   sqlite3_close(raw);
@@ -623,6 +640,16 @@ INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step, request_
   EXPECT_EQ(old.request_id, "r-1");
   EXPECT_EQ((*store->FindJobByRequestId("", "r-1"))->id, "old-1");
   EXPECT_EQ(store->ActiveJobs()->size(), 1u);
+  // Since schema 6: needs nothing of the memory tiers; the worker offers none.
+  EXPECT_EQ(old.required_memory_bytes, 4096);
+  EXPECT_EQ(old.required_host_memory_bytes, 0);
+  EXPECT_EQ(old.required_offload_disk_bytes, 0);
+  EXPECT_TRUE(old.alternative_needs.empty());
+  std::vector<WorkerRecord> workers = *store->ListWorkers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].memory_bytes, 8192);
+  EXPECT_EQ(workers[0].host_memory_bytes, 0);
+  EXPECT_EQ(workers[0].offload_disk_bytes, 0);
   ASSERT_TRUE(Submit(*store, MakeJob("new-1")).ok());
   EXPECT_EQ(store->ListJobs({}, 0, 10)->size(), 2u);
 }

@@ -95,14 +95,25 @@ class Client {
   }
 
   grpc::Status Register(const std::string& name, int64_t memory, v1::RegisterWorkerResponse* out,
-                        const std::string& worker_id = "") {
+                        const std::string& worker_id = "", int64_t host_memory = 0,
+                        int64_t offload_disk = 0) {
     v1::RegisterWorkerRequest request;
     request.set_name(name);
     request.set_device(v1::DEVICE_KIND_CPU);
     request.set_memory_bytes(memory);
+    request.set_host_memory_bytes(host_memory);
+    request.set_offload_disk_bytes(offload_disk);
     request.set_version("test");
     request.set_worker_id(worker_id);
     return workers_->Register(Context().get(), request, out);
+  }
+  // A worker that offers the memory tiers `host_memory` and `offload_disk`.
+  std::string MustRegisterTiers(const std::string& name, int64_t memory, int64_t host_memory,
+                                int64_t offload_disk = 0) {
+    v1::RegisterWorkerResponse response;
+    grpc::Status status = Register(name, memory, &response, "", host_memory, offload_disk);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.worker_id();
   }
   std::string MustRegister(const std::string& name, int64_t memory = int64_t{16} << 30) {
     v1::RegisterWorkerResponse response;

@@ -10,6 +10,11 @@ double EstimateEtaSeconds(int64_t step, int64_t total_steps, int64_t first_step,
   return elapsed_seconds / static_cast<double>(done) * static_cast<double>(total_steps - step);
 }
 
+double OffloadCopyBytesPerSecond(const StepReport& report) {
+  if (report.offload_copy_bytes <= 0 || !(report.offload_copy_seconds > 0)) return 0;
+  return static_cast<double>(report.offload_copy_bytes) / report.offload_copy_seconds;
+}
+
 streambp::v1::JobProgress ToJobProgress(const StepReport& report, double eta_seconds) {
   streambp::v1::JobProgress p;
   p.set_step(report.step);
@@ -26,6 +31,13 @@ streambp::v1::JobProgress ToJobProgress(const StepReport& report, double eta_sec
   p.set_eta_seconds(eta_seconds);
   p.set_eval_step(report.eval_step);
   p.set_eval_loss(report.eval_loss);
+  p.set_checkpoint_tier(report.checkpoint_tier);
+  p.set_optimizer_offload(report.optimizer_offload);
+  p.set_host_tier_bytes(report.host_tier_bytes);
+  p.set_host_tier_peak_bytes(report.host_tier_peak_bytes);
+  p.set_disk_tier_bytes(report.disk_tier_bytes);
+  p.set_offload_copy_bytes_per_second(OffloadCopyBytesPerSecond(report));
+  p.set_offload_wait_seconds(report.offload_wait_seconds);
   return p;
 }
 

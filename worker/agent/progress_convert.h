@@ -14,6 +14,10 @@ namespace sbp {
 double EstimateEtaSeconds(int64_t step, int64_t total_steps, int64_t first_step,
                           double elapsed_seconds);
 
+// The step's offload copy rate: copy bytes over the seconds the copies ran
+// (0 when nothing was copied or no time was measured).
+double OffloadCopyBytesPerSecond(const StepReport& report);
+
 // Copies every figure of `report` (updated_at is left to the caller).
 streambp::v1::JobProgress ToJobProgress(const StepReport& report, double eta_seconds);
 

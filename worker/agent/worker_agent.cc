@@ -149,6 +149,12 @@ absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Create(AgentOptions op
   if (options.memory_bytes <= 0) {
     return absl::InvalidArgumentError("--memory: must be a positive byte size");
   }
+  if (options.host_memory_bytes < 0) {
+    return absl::InvalidArgumentError("--host-memory: must not be negative");
+  }
+  if (options.offload_disk_bytes < 0) {
+    return absl::InvalidArgumentError("--offload-disk: must not be negative");
+  }
   if (!options.device.is_cpu() && !kCudaCompiled) {
     return absl::InvalidArgumentError("--device: this build has no CUDA backend");
   }
@@ -249,6 +255,8 @@ absl::Status WorkerAgent::EnsureRegistered() {
   request.set_name(options_.name);
   request.set_device(DeviceKindToProto(options_.device.kind));
   request.set_memory_bytes(options_.memory_bytes);
+  request.set_host_memory_bytes(options_.host_memory_bytes);
+  request.set_offload_disk_bytes(options_.offload_disk_bytes);
   request.set_version(kVersion);
   {
     absl::MutexLock lock(&mu_);
@@ -569,6 +577,10 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   train_options.job_id = assignment.job_id();
   train_options.attempt = assignment.attempt();
   train_options.resume = true;
+  // What `checkpoints: auto` may use beside the device (the coordinator
+  // placed the job on this worker by the same figures).
+  train_options.offload.host_memory_bytes = options_.host_memory_bytes;
+  train_options.offload.disk_bytes = options_.offload_disk_bytes;
   if (assignment.world_size() > 1) {
     // Ranks meet through the coordinator's key-value service, in a scope of
     // this attempt, so that a retry never meets a stale rank; the device
@@ -627,6 +639,7 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   }
   current_bytes_ = 0;
   metrics_->SetMemory(0, peak_bytes_);
+  metrics_->EndRun();
 
   // Deliver the last progress and checkpoint notice before anything else.
   if (!reporter.Flush(stopping() ? absl::Seconds(5) : absl::Seconds(60)) && !reporter.aborted()) {

@@ -1,5 +1,6 @@
 // The worker side of the control plane: registers with the coordinator
-// (device, memory capacity, version), renews its lease with heartbeats on its
+// (device, memory capacity, host memory and offload disk for the memory
+// tiers, version), renews its lease with heartbeats on its
 // own thread, long-polls for assignments and runs each one with the trainer
 // (exactly what `sbp train` runs), reporting progress every step and the
 // outcome at the end. It rides out coordinator restarts: failed calls are
@@ -52,6 +53,14 @@ struct AgentOptions {
   std::string metrics_listen;     // "host:port" for /metrics; "" = none
   std::string tls_ca_path;        // PEM roots for TLS to the coordinator; "" = plaintext
   int compute_threads = 0;        // OpenMP threads for training; 0 = the runtime's default
+  // What this worker offers the memory tiers (streambp.offload,
+  // train.optimizer_offload), advertised at registration and handed to the
+  // trainer: host memory for offloaded state (0: none advertised; the
+  // trainer then leaves host memory unchecked) and the local disk
+  // `checkpoints: auto` may fill with the disk tier (0: none for auto; an
+  // explicit disk tier is bounded by the disk itself).
+  int64_t host_memory_bytes = 0;
+  int64_t offload_disk_bytes = 0;
   // Multi-worker jobs: the address this worker's collectives listen on, as
   // the other ranks reach it, and the bound on every collective (a dead peer
   // fails the attempt within it).

@@ -1,9 +1,12 @@
 #include "worker/agent/worker_metrics.h"
 
+#include <algorithm>
 #include <exception>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/agent/progress_convert.h"
 
 namespace sbp {
 namespace {
@@ -19,19 +22,46 @@ std::string HostOf(const std::string& listen) {
 WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& memory_peak = prometheus::BuildGauge()
                           .Name("sbp_worker_memory_peak_bytes")
-                          .Help("Allocator peak of the worker's current or last run")
+                          .Help(
+                              "Peak bytes of the worker's current or last run, by memory tier: "
+                              "device (allocator), host (offloaded state), disk (offload file)")
                           .Register(*registry_);
   auto& memory_current = prometheus::BuildGauge()
                              .Name("sbp_worker_memory_current_bytes")
-                             .Help("Allocator bytes in use by the current run")
+                             .Help(
+                                 "Bytes the current run holds, by memory tier: device "
+                                 "(allocator), host (offloaded state), disk (offload file)")
                              .Register(*registry_);
   auto& memory_capacity = prometheus::BuildGauge()
                               .Name("sbp_worker_memory_capacity_bytes")
                               .Help("Memory the worker advertises and enforces as a budget")
                               .Register(*registry_);
-  memory_peak_ = &memory_peak.Add({});
-  memory_current_ = &memory_current.Add({});
+  for (auto [tier, gauges] : {std::pair<const char*, TierGauges*>{"device", &device_},
+                              {"host", &host_},
+                              {"disk", &disk_}}) {
+    gauges->peak = &memory_peak.Add({{"tier", tier}});
+    gauges->current = &memory_current.Add({{"tier", tier}});
+  }
   memory_capacity_ = &memory_capacity.Add({});
+  offload_copy_bytes_ = &prometheus::BuildCounter()
+                             .Name("sbp_offload_copy_bytes_total")
+                             .Help(
+                                 "Bytes copied between the device and host memory or disk by "
+                                 "the memory tiers")
+                             .Register(*registry_)
+                             .Add({});
+  offload_copy_rate_ = &prometheus::BuildGauge()
+                            .Name("sbp_offload_copy_bytes_per_second")
+                            .Help(
+                                "Copy rate of the memory tiers in the latest step (bytes over "
+                                "the seconds the copies ran; 0 when nothing was copied)")
+                            .Register(*registry_)
+                            .Add({});
+  offload_wait_seconds_ = &prometheus::BuildCounter()
+                               .Name("sbp_offload_wait_seconds_total")
+                               .Help("Seconds the compute waited for the memory tiers' copies")
+                               .Register(*registry_)
+                               .Add({});
   tokens_total_ = &prometheus::BuildCounter()
                        .Name("sbp_train_tokens_total")
                        .Help("Tokens trained on by this worker")
@@ -77,8 +107,15 @@ absl::StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(const std::
 }
 
 void WorkerMetrics::SetMemory(int64_t current_bytes, int64_t peak_bytes) {
-  memory_current_->Set(static_cast<double>(current_bytes));
-  memory_peak_->Set(static_cast<double>(peak_bytes));
+  device_.current->Set(static_cast<double>(current_bytes));
+  device_.peak->Set(static_cast<double>(peak_bytes));
+}
+
+void WorkerMetrics::EndRun() {
+  device_.current->Set(0);
+  host_.current->Set(0);
+  disk_.current->Set(0);
+  offload_copy_rate_->Set(0);
 }
 
 void WorkerMetrics::SwitchJob(const std::string& job_id) {
@@ -93,6 +130,7 @@ void WorkerMetrics::SwitchJob(const std::string& job_id) {
     step_->Remove(series_.step);
   }
   job_ = job_id;
+  disk_peak_ = 0;
   const prometheus::Labels labels = {{"job", job_id}};
   series_.tokens_total = &tokens_total_->Add(labels);
   series_.tokens_per_second = &tokens_per_second_->Add(labels);
@@ -119,6 +157,18 @@ void WorkerMetrics::OnStep(const std::string& job_id, const StepReport& report) 
   series_.mfu->Set(report.mfu);
   series_.step->Set(static_cast<double>(report.step));
   SetMemory(report.current_bytes, report.peak_bytes);
+  host_.current->Set(static_cast<double>(report.host_tier_bytes));
+  host_.peak->Set(
+      static_cast<double>(std::max(report.host_tier_peak_bytes, report.host_tier_bytes)));
+  disk_peak_ = std::max(disk_peak_, report.disk_tier_bytes);
+  disk_.current->Set(static_cast<double>(report.disk_tier_bytes));
+  disk_.peak->Set(static_cast<double>(disk_peak_));
+  if (report.offload_copy_bytes > 0) {
+    offload_copy_bytes_->Increment(static_cast<double>(report.offload_copy_bytes));
+  }
+  offload_copy_rate_->Set(OffloadCopyBytesPerSecond(report));
+  if (report.offload_wait_seconds > 0)
+    offload_wait_seconds_->Increment(report.offload_wait_seconds);
 }
 
 }  // namespace sbp

@@ -1,6 +1,14 @@
 // The worker's Prometheus metrics (DESIGN.md §4), served at
 // http://<listen>/metrics. Training series carry a `job` label; only the
 // current (or last) job's series are kept, so the label stays bounded.
+//
+// Memory by tier: sbp_worker_memory_{peak,current}_bytes{tier} with tier
+// "device" (the allocator's bytes), "host" (host memory the memory tiers
+// hold: offloaded layer checkpoints, optimizer state) and "disk" (the disk
+// tier's file), for the current or last run; the offload copies between the
+// device and host or disk as sbp_offload_copy_bytes_total,
+// sbp_offload_copy_bytes_per_second (the latest step's, while copying) and
+// sbp_offload_wait_seconds_total (compute waiting for copies).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +39,11 @@ class WorkerMetrics {
   std::string address() const { return address_; }
   prometheus::Registry& registry() { return *registry_; }
 
+  // The device tier's allocator figures.
   void SetMemory(int64_t current_bytes, int64_t peak_bytes);
   void OnStep(const std::string& job_id, const StepReport& report);
+  // The run ended: nothing is held in any tier any more (peaks stay).
+  void EndRun();
 
  private:
   WorkerMetrics();
@@ -42,9 +53,15 @@ class WorkerMetrics {
   std::unique_ptr<MetricsHttpServer> exposer_;
   std::string address_;
 
-  prometheus::Gauge* memory_peak_;
-  prometheus::Gauge* memory_current_;
+  struct TierGauges {
+    prometheus::Gauge* peak = nullptr;
+    prometheus::Gauge* current = nullptr;
+  };
+  TierGauges device_, host_, disk_;
   prometheus::Gauge* memory_capacity_;
+  prometheus::Counter* offload_copy_bytes_;
+  prometheus::Gauge* offload_copy_rate_;
+  prometheus::Counter* offload_wait_seconds_;
   prometheus::Family<prometheus::Counter>* tokens_total_;
   prometheus::Family<prometheus::Gauge>* tokens_per_second_;
   prometheus::Family<prometheus::Histogram>* step_seconds_;
@@ -55,6 +72,7 @@ class WorkerMetrics {
 
   absl::Mutex mu_;
   std::string job_ ABSL_GUARDED_BY(mu_);
+  int64_t disk_peak_ ABSL_GUARDED_BY(mu_) = 0;  // of the current or last job
   struct JobSeries {
     prometheus::Counter* tokens_total = nullptr;
     prometheus::Gauge* tokens_per_second = nullptr;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace sbp {
 
@@ -14,12 +15,17 @@ Zero2State::Zero2State(ParameterStore& weights, Communicator& comm, Backend& bac
 
 Zero2State::~Zero2State() { executor_.WaitAll().IgnoreError(); }
 
-absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(
-    ParameterStore& weights, Communicator& comm, Backend& backend,
-    const ParameterStore* master_source) {
+absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& weights,
+                                                               Communicator& comm, Backend& backend,
+                                                               const ParameterStore* master_source,
+                                                               bool offload) {
   const int n = comm.world_size();
   std::unique_ptr<Zero2State> state(new Zero2State(weights, comm, backend));
-  Allocator& allocator = backend.allocator();
+  // Where the owned shards live, and the backend that works on them.
+  Allocator& allocator = offload ? backend.host_allocator() : backend.allocator();
+  if (offload) state->host_ = std::make_unique<CpuBackend>(allocator);
+  Backend& owner = state->owner();
+  state->separate_ = master_source != nullptr;
   const auto& groups = weights.groups();
   if (master_source == nullptr && !groups.empty() && groups[0].flat.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -43,11 +49,12 @@ absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(
           std::pair{&state->v_, "AdamW exp_avg_sq shard"}}) {
       ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(allocator, {shard}, DType::kF32,
                                                absl::StrCat(what, " ", group.name)));
-      backend.Fill(t, 0.0f);
+      owner.Fill(t, 0.0f);
       list->push_back(std::move(t));
     }
-    if (master_source != nullptr) {
-      const Tensor& source = master_source->groups()[g].flat;
+    if (master_source != nullptr || offload) {
+      const Tensor& source =
+          master_source != nullptr ? master_source->groups()[g].flat : group.flat;
       if (source.dtype() != DType::kF32 || source.numel() != padded) {
         return absl::InvalidArgumentError(
             absl::StrCat("ZeRO-2: master source group ", group.name, " is not f32[", padded, "]"));
@@ -74,7 +81,7 @@ bool Zero2State::is_layer(int group) const {
 }
 
 void Zero2State::ZeroGradients() {
-  for (Tensor& g : grad_) backend_.Fill(g, 0.0f);
+  for (Tensor& g : grad_) owner().Fill(g, 0.0f);
 }
 
 absl::StatusOr<Zero2State::GroupBuffer> Zero2State::TakeBuffer(int group) {
@@ -168,7 +175,7 @@ absl::StatusOr<int> Zero2State::FinishBackward() {
 
 absl::StatusOr<double> Zero2State::GlobalGradNorm() {
   double sum = 0;
-  for (const Tensor& g : grad_) sum += backend_.SumSquares(g);
+  for (const Tensor& g : grad_) sum += owner().SumSquares(g);
   // Void (not a divergence) when a sum found no device memory for its partials.
   RETURN_IF_ERROR(backend_.TakeDeferredError());
   RETURN_IF_ERROR(executor_.Run([&] { return comm_.AllReduce(&sum, 1, ReduceOp::kSum); }));
@@ -194,13 +201,30 @@ absl::Status Zero2State::Step(AdamWParams params, double weight_decay) {
       Tensor dw = grad_[g].Rows(a - begin, b - begin);
       Tensor m = m_[g].Rows(a - begin, b - begin);
       Tensor v = v_[g].Rows(a - begin, b - begin);
-      backend_.AdamW(w, dw, m, v, params);
+      owner().AdamW(w, dw, m, v, params);
     }
   }
   return PublishWeights();
 }
 
 absl::Status Zero2State::RefreshComputeWeights() { return PublishWeights(); }
+
+absl::Status Zero2State::CastMasterIntoComputeShard(int group, Tensor& owned) {
+  if (host_ == nullptr) {
+    backend_.Cast(master_[group], owned);
+    return absl::OkStatus();
+  }
+  // Host masters: rounded on the host, then copied into the device's shard.
+  if (owned.dtype() == DType::kF32) {
+    backend_.Copy(master_[group], owned);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(host_->allocator(), owned.shape(), owned.dtype(),
+                                                "compute shard staging"));
+  host_->Cast(master_[group], staged);
+  backend_.Copy(staged, owned);
+  return absl::OkStatus();
+}
 
 absl::Status Zero2State::PublishWeights() {
   const int rank = comm_.rank();
@@ -210,7 +234,7 @@ absl::Status Zero2State::PublishWeights() {
     const int64_t shard = shard_[g];
     if (!master_.empty()) {
       Tensor owned = flat.Rows(rank * shard, (rank + 1) * shard);
-      backend_.Cast(master_[g], owned);
+      RETURN_IF_ERROR(CastMasterIntoComputeShard(static_cast<int>(g), owned));
     }
     void* data = flat.raw_data();
     const int64_t shard_bytes = shard * static_cast<int64_t>(DTypeSize(flat.dtype()));

@@ -21,6 +21,15 @@
 // reduce-scatter of layer l runs while layer l-1 accumulates); the embedding
 // and final groups get a buffer of their own for as long as they are open.
 //
+// Optimizer offload (Create's `offload`): the owned shards (gradient, masters,
+// moments) live in the backend's host_allocator() and a CPU backend over that
+// memory runs their element operations (zeroing, sums of squares, AdamW, the
+// cast to the compute dtype); the master shard is then always a tensor of its
+// own, copied into the compute copy's shard before the all-gather, while
+// separate_master() still says what the checkpoints carry. The communicator
+// adds each reduced chunk into host memory, so this takes a communicator
+// that works on host memory (Gloo on the CPU).
+//
 // Ranks may run different numbers of backward passes in a step (uneven
 // data): each pass starts with an all-reduce of an "active" flag, and a rank
 // that has finished its own passes joins the others' with empty passes
@@ -46,10 +55,11 @@ class Zero2State final : public GradientSink {
   // `weights` (the compute copy) must be padded to a multiple of
   // comm.world_size() and outlive this object. With `master_source` (f32,
   // host or device, `weights`' layout) the master shards are separate and
-  // start from its values; without it they are the f32 weights themselves.
+  // start from its values; without it they are the f32 weights themselves
+  // (with `offload`, a host copy of the weights' owned elements).
   static absl::StatusOr<std::unique_ptr<Zero2State>> Create(
       ParameterStore& weights, Communicator& comm, Backend& backend,
-      const ParameterStore* master_source = nullptr);
+      const ParameterStore* master_source = nullptr, bool offload = false);
   ~Zero2State() override;
 
   // GradientSink.
@@ -75,11 +85,12 @@ class Zero2State final : public GradientSink {
   absl::Status RefreshComputeWeights();
 
   int64_t shard_elements(int group) const { return shard_[group]; }
-  bool separate_master() const { return !master_.empty(); }
+  bool separate_master() const { return separate_; }
   // The f32 master shard of group `group`: a tensor of its own, or a view of
   // the weights' owned elements.
   Tensor master_shard(int group) const;
-  std::vector<Tensor>& master_shards() { return master_; }  // empty unless separate
+  // Empty unless separate or offloaded.
+  std::vector<Tensor>& master_shards() { return master_; }
   std::vector<Tensor>& gradient_shards() { return grad_; }
   std::vector<Tensor>& exp_avg_shards() { return m_; }
   std::vector<Tensor>& exp_avg_sq_shards() { return v_; }
@@ -107,13 +118,19 @@ class Zero2State final : public GradientSink {
   // Casts the master shards into the compute copy (when separate) and
   // all-gathers the compute copy.
   absl::Status PublishWeights();
+  // The backend that works on the owned shards: the CPU's when offloaded.
+  Backend& owner() { return host_ != nullptr ? *host_ : backend_; }
+  // compute shard <- master shard of `group` (rounded to its dtype).
+  absl::Status CastMasterIntoComputeShard(int group, Tensor& owned);
 
   ParameterStore& weights_;
   Communicator& comm_;
   Backend& backend_;
   std::vector<int64_t> shard_;        // shard elements per group
   std::vector<Tensor> grad_, m_, v_;  // owned shards per group
-  std::vector<Tensor> master_;        // separate f32 master shards (else empty)
+  std::vector<Tensor> master_;        // f32 master shards of their own (else empty)
+  bool separate_ = false;             // masters apart from an f32 compute copy
+  std::unique_ptr<Backend> host_;     // offload: the CPU's ops on host shards
   Tensor cache_[2];                   // the one-layer cache
   int64_t cache_ticket_[2] = {0, 0};  // reduce-scatter using each slot
   int next_slot_ = 0;

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "worker/engine/decoder_layer.h"
 #include "worker/engine/layer_buffers.h"
+#include "worker/engine/layer_inputs.h"
 #include "worker/engine/lora_store.h"
 
 namespace sbp {
@@ -210,12 +211,9 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   DecoderLayer layer(config_, rope_, b);
   layer.set_documents(doc_offsets);
 
-  // Layer inputs (checkpoints): hidden[l] is the input of layer l, hidden[L]
-  // the final hidden state.
-  std::vector<Tensor> hidden(L + 1);
-  for (int l = 0; l <= L; ++l) {
-    ASSIGN_OR_RETURN(hidden[l], Make(b, {T, H}, absl::StrCat("layer ", l, " input")));
-  }
+  // Layer inputs (checkpoints): hidden.at(l) is the input of layer l,
+  // hidden.at(L) the final hidden state, on the device or in the store's tier.
+  ASSIGN_OR_RETURN(LayerInputs hidden, LayerInputs::Create(b, checkpoint_store_, L, T, H));
   // Full mode keeps K/V and activations of every layer; the others keep one
   // set and recompute.
   const int sets = keep_all ? L : 1;
@@ -229,17 +227,23 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
 
   // Forward: K/V of a chunk, then its queries (keys up to the chunk end are
   // ready because chunks run in order).
-  b.EmbeddingForward(weights.embed, ids, hidden[0]);
+  {
+    Tensor embedded = hidden.at(0);
+    b.EmbeddingForward(weights.embed, ids, embedded);
+  }
   for (int l = 0; l < L; ++l) {
     const LayerWeights& w = weights.layers[l];
     const int set = keep_all ? l : 0;
+    RETURN_IF_ERROR(hidden.BeforeLayerForward(l));
+    const Tensor& x = hidden.at(l);
+    const Tensor& y = hidden.at(l + 1);
     for (int64_t s = 0; s < T; s += plan.chunk) {
       const int64_t e = std::min(T, s + plan.chunk);
       ChunkActivations a = acts[set].Rows(e - s);
       KvBuffers kv_rows = kv[set].Rows(s, e);
-      layer.InputNorm(w, hidden[l].Rows(s, e), a);
+      layer.InputNorm(w, x.Rows(s, e), a);
       layer.KvForward(w, a, s, kv_rows);
-      layer.ChunkForward(w, hidden[l].Rows(s, e), s, kv[set], a, hidden[l + 1].Rows(s, e));
+      layer.ChunkForward(w, x.Rows(s, e), s, kv[set], a, y.Rows(s, e));
     }
   }
 
@@ -256,10 +260,10 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
     ASSIGN_OR_RETURN(discard, MakeF32(b, {std::max(H, config_.head_dim)}, "frozen norm gradient"));
   }
   ASSIGN_OR_RETURN(double total,
-                   HeadForwardBackward(weights, hidden[L], targets, loss, plan.logits_chunk,
+                   HeadForwardBackward(weights, hidden.at(L), targets, loss, plan.logits_chunk,
                                        &d_hidden, &grads, discard));
   // Layer inputs above the one being differentiated are no longer needed.
-  hidden[L] = Tensor();
+  hidden.AfterHead();
   // Before a group's gradients leave (a reduce-scatter under ZeRO-2): an op
   // that found no memory for its scratch did nothing, so they are void.
   RETURN_IF_ERROR(b.TakeDeferredError());
@@ -271,7 +275,8 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
     if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Acquire(1 + l, grads));
     LayerWeights g = WithFrozenNorms(grads.layers[l], discard, config_);
     const int set = keep_all ? l : 0;
-    const Tensor& x = hidden[l];
+    RETURN_IF_ERROR(hidden.BeforeLayerBackward(l));
+    const Tensor& x = hidden.at(l);
     if (!keep_all) {
       // Recompute K/V for the whole sequence once.
       for (int64_t s = 0; s < T; s += plan.chunk) {
@@ -306,7 +311,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
       kv[l] = KvBuffers();
       acts[l] = ChunkActivations();
     }
-    if (l > 0) hidden[l] = Tensor();
+    hidden.AfterLayerBackward(l);
     RETURN_IF_ERROR(b.TakeDeferredError());
     RETURN_IF_ERROR(CheckInterrupt());
     if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(1 + l));

@@ -13,7 +13,8 @@
 //                by dX in place. The LM head runs over chunks of
 //                logits_chunk_tokens rows and never holds T x V logits.
 //
-// Memory (stream): weights + gradients + L*T*H layer inputs + O(T * kv_dim)
+// Memory (stream): weights + gradients + L*T*H layer inputs (two T*H slots
+// with a checkpoint store: set_checkpoint_store) + O(T * kv_dim)
 // K/V buffers + O(chunk) temporaries. All allocations go through the
 // backend's allocator, whose peak is the engine's memory figure.
 #pragma once
@@ -24,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "worker/engine/offload/checkpoint_store.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/engine/token_loss.h"
 #include "worker/model/model_config.h"
@@ -42,7 +44,10 @@ absl::StatusOr<BackwardMode> ParseBackwardMode(absl::string_view text);
 // `grads` to zero-filled memory; once the group is complete for this pass it
 // calls Release(group). Every pass releases in the same order: final, layers
 // L-1 .. 0, embed. With tied embeddings the LM head writes into the embed
-// group, which is then acquired before the head and released last.
+// group, which is then acquired before the head and released last. The
+// engine only adds into a group's memory, so a sink may also bind memory
+// that already holds a partial sum (an offloaded optimizer's later passes of
+// a step), provided every pass's additions land in the same order.
 class GradientSink {
  public:
   virtual ~GradientSink() = default;
@@ -120,6 +125,13 @@ class Engine {
   // gradient memory and takes it back when the group is complete.
   void set_gradient_sink(GradientSink* sink) { sink_ = sink; }
 
+  // Where training passes keep their layer inputs: null (the default) on
+  // the device, else in `store`'s tier (host memory or disk) with two device
+  // slots (layer_inputs.h). Results are bit-identical in every tier. The
+  // store must outlive the engine's passes.
+  void set_checkpoint_store(CheckpointStore* store) { checkpoint_store_ = store; }
+  CheckpointStore* checkpoint_store() const { return checkpoint_store_; }
+
   // Asked before every sequence (Forward, ForwardBackward) and after every
   // layer of a backward: an error ends the pass at once with it. A run that
   // was cancelled answers CANCELLED, so that a step of a million sequences
@@ -142,6 +154,7 @@ class Engine {
   Backend& backend_;
   EngineOptions options_;
   GradientSink* sink_ = nullptr;
+  CheckpointStore* checkpoint_store_ = nullptr;
   InterruptCheck interrupt_;
 
   absl::Status CheckInterrupt() const { return interrupt_ ? interrupt_() : absl::OkStatus(); }

@@ -54,6 +54,22 @@ MemoryPlan Assemble(const PlanRequest& request) {
   }
   plan.breakdown.push_back({"allocator_rounding", plan.peak_bytes - requested,
                             absl::StrCat(s.alignment, "-byte allocation granularity")});
+
+  plan.checkpoint_tier = s.tier;
+  const planner::Ledger host = planner::HostState(s);
+  plan.host_bytes = host.total();
+  int64_t host_requested = 0;
+  for (const planner::LedgerTerm& t : host.terms()) {
+    plan.host_breakdown.push_back({t.name, t.bytes, t.detail});
+    host_requested += t.bytes;
+  }
+  if (!host.terms().empty()) {
+    plan.host_breakdown.push_back({"allocator_rounding", plan.host_bytes - host_requested,
+                                   absl::StrCat(s.alignment, "-byte allocation granularity")});
+  }
+  plan.disk_bytes = planner::DiskBytes(s);
+  plan.copy_bytes_per_pass = planner::CheckpointCopyBytes(s);
+  plan.copy_bytes_per_step = planner::OptimizerCopyBytes(s);
   return plan;
 }
 
@@ -82,6 +98,53 @@ std::vector<int64_t> Candidates(int64_t tokens, int64_t fixed) {
   for (int64_t c = kMinAutoChunkTokens; c < tokens; c *= 2) out.push_back(c);
   out.push_back(tokens);
   return out;
+}
+
+// What does not fit of `plan` in the host memory and disk given (0: unlimited),
+// one clause per short resource.
+std::vector<std::string> OffDeviceShortfalls(const MemoryPlan& plan, int64_t host_memory,
+                                             int64_t disk_bytes, double margin) {
+  std::vector<std::string> out;
+  if (host_memory > 0 && plan.host_bytes > UsableBytes(host_memory, margin)) {
+    MemoryPlan host_only;
+    host_only.breakdown = plan.host_breakdown;
+    out.push_back(absl::StrCat(
+        "host memory is short: ", CheckpointTierName(plan.checkpoint_tier), " tier at seq_len ",
+        plan.seq_len, " needs ", FormatByteSize(plan.host_bytes), " (", plan.host_bytes,
+        " bytes) of host memory (", SummarizeBreakdown(host_only), "), but the host's ",
+        FormatByteSize(host_memory), " has ", FormatByteSize(UsableBytes(host_memory, margin)),
+        " usable after the ", Percent(margin), " safety margin"));
+  }
+  if (disk_bytes > 0 && plan.disk_bytes > UsableBytes(disk_bytes, margin)) {
+    out.push_back(absl::StrCat(
+        "the disk is short: disk tier at seq_len ", plan.seq_len, " needs a file of ",
+        FormatByteSize(plan.disk_bytes), " (", plan.disk_bytes, " bytes), but the disk's ",
+        FormatByteSize(disk_bytes), " has ", FormatByteSize(UsableBytes(disk_bytes, margin)),
+        " usable after the ", Percent(margin), " safety margin"));
+  }
+  return out;
+}
+
+// The longest tokens in [1, kMaxPlanTokens] for which `fits` holds (0: none);
+// `fits` must be monotone.
+template <typename Fits>
+int64_t LongestFitting(Fits fits) {
+  if (!fits(1)) return 0;
+  // Invariant: fits(lo), !fits(hi) (or hi past the search range).
+  int64_t lo = 1, hi = 1024;
+  while (hi <= kMaxPlanTokens && fits(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > kMaxPlanTokens) {
+    if (fits(kMaxPlanTokens)) return kMaxPlanTokens;
+    hi = kMaxPlanTokens;
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 absl::Status CheckMemory(int64_t memory_bytes, double safety_margin) {
@@ -119,6 +182,13 @@ absl::StatusOr<PlanObjective> ParsePlanObjective(absl::string_view text) {
 
 int64_t MemoryPlan::Term(absl::string_view name) const {
   for (const MemoryTerm& t : breakdown) {
+    if (t.name == name) return t.bytes;
+  }
+  return 0;
+}
+
+int64_t MemoryPlan::HostTerm(absl::string_view name) const {
+  for (const MemoryTerm& t : host_breakdown) {
     if (t.name == name) return t.bytes;
   }
   return 0;
@@ -223,26 +293,80 @@ absl::StatusOr<int64_t> MaxSequenceLength(const PlanRequest& request, int64_t me
   trial.seq_len = 1;
   RETURN_IF_ERROR(ValidatePlanRequest(trial));
   RETURN_IF_ERROR(CheckMemory(memory_bytes, safety_margin));
-  auto fits = [&](int64_t tokens) {
+  return LongestFitting([&](int64_t tokens) {
     trial.seq_len = tokens;
     return PlanAutoChunks(trial, memory_bytes, safety_margin).ok();
-  };
-  if (!fits(1)) return 0;
-  // Invariant: fits(lo), !fits(hi) (or hi past the search range).
-  int64_t lo = 1, hi = 1024;
-  while (hi <= kMaxPlanTokens && fits(hi)) {
-    lo = hi;
-    hi *= 2;
+  });
+}
+
+absl::StatusOr<MemoryPlan> PlanTier(const PlanRequest& request, int64_t device_memory,
+                                    double safety_margin, int64_t host_memory, int64_t disk_bytes) {
+  RETURN_IF_ERROR(ValidatePlanRequest(request));
+  RETURN_IF_ERROR(CheckMemory(device_memory, safety_margin));
+  if (host_memory < 0) {
+    return FieldError(
+        "host_memory",
+        absl::StrCat("must be 0 (unlimited) or a number of bytes (got ", host_memory, ")"));
   }
-  if (hi > kMaxPlanTokens) {
-    if (fits(kMaxPlanTokens)) return kMaxPlanTokens;
-    hi = kMaxPlanTokens;
+  if (disk_bytes < 0) {
+    return FieldError("disk_bytes", absl::StrCat("must be 0 (unlimited) or a number of bytes (got ",
+                                                 disk_bytes, ")"));
   }
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? lo : hi) = mid;
+  const std::string tier = absl::StrCat(CheckpointTierName(request.checkpoint_tier), " tier: ");
+  absl::StatusOr<MemoryPlan> plan = PlanAutoChunks(request, device_memory, safety_margin);
+  std::vector<std::string> short_of;
+  if (!plan.ok()) {
+    if (plan.status().code() != absl::StatusCode::kResourceExhausted) return plan.status();
+    short_of.push_back(absl::StrCat("the device is short: ", plan.status().message()));
   }
-  return lo;
+  // Host memory and the file do not depend on the chunk sizes.
+  const MemoryPlan off_device = plan.ok() ? *plan : Assemble(request);
+  for (std::string& clause :
+       OffDeviceShortfalls(off_device, host_memory, disk_bytes, safety_margin)) {
+    short_of.push_back(std::move(clause));
+  }
+  if (short_of.empty()) return plan;
+  return absl::ResourceExhaustedError(absl::StrCat(tier, absl::StrJoin(short_of, "; ")));
+}
+
+absl::StatusOr<MemoryPlan> PlanTiers(const PlanRequest& request, int64_t device_memory,
+                                     double safety_margin, int64_t host_memory,
+                                     int64_t disk_bytes) {
+  std::vector<CheckpointTier> tiers = {CheckpointTier::kDevice, CheckpointTier::kHost};
+  if (disk_bytes > 0) tiers.push_back(CheckpointTier::kDisk);
+  std::vector<std::string> misses;
+  for (CheckpointTier tier : tiers) {
+    PlanRequest trial = request;
+    trial.checkpoint_tier = tier;
+    absl::StatusOr<MemoryPlan> plan =
+        PlanTier(trial, device_memory, safety_margin, host_memory, disk_bytes);
+    if (plan.ok() || plan.status().code() != absl::StatusCode::kResourceExhausted) return plan;
+    misses.push_back(std::string(plan.status().message()));
+  }
+  if (disk_bytes == 0) misses.push_back("disk tier: not tried (no disk given)");
+  return absl::ResourceExhaustedError(
+      absl::StrCat("no checkpoint tier fits: ", absl::StrJoin(misses, " | ")));
+}
+
+absl::StatusOr<int64_t> MaxSequenceLength(const PlanRequest& request, int64_t device_memory,
+                                          double safety_margin, int64_t host_memory,
+                                          int64_t disk_bytes) {
+  PlanRequest trial = request;
+  trial.seq_len = 1;
+  RETURN_IF_ERROR(ValidatePlanRequest(trial));
+  RETURN_IF_ERROR(CheckMemory(device_memory, safety_margin));
+  absl::Status bad_input;
+  const int64_t longest = LongestFitting([&](int64_t tokens) {
+    trial.seq_len = tokens;
+    absl::StatusOr<MemoryPlan> plan =
+        PlanTier(trial, device_memory, safety_margin, host_memory, disk_bytes);
+    if (!plan.ok() && plan.status().code() != absl::StatusCode::kResourceExhausted) {
+      bad_input.Update(plan.status());
+    }
+    return plan.ok();
+  });
+  RETURN_IF_ERROR(bad_input);
+  return longest;
 }
 
 std::string SummarizeBreakdown(const MemoryPlan& plan, int max_terms) {

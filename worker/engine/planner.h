@@ -49,6 +49,42 @@
 // operands rounded to bf16, the attention delta, norm and cross-entropy
 // partials; planner_terms.cc).
 //
+// Memory tiers (worker/engine/offload/; DESIGN.md §8). Where the layer
+// inputs kept for the backward live (`checkpoint_tier`; act = the activation
+// dtype, [T, H] one layer input):
+//   device  as above: L+1 layer inputs in lm_head, L in layer_backward, 1 in
+//           embedding_backward; nothing off the device.
+//   host    the device holds 2 `layer_input_slots` of [T, H] act in lm_head
+//           and layer_backward, none in embedding_backward; host memory
+//           (pinned on CUDA) holds `host_layer_inputs`, max(L-1, 0) x [T, H]
+//           act, each rounded as the device's allocator rounds (64 bytes on
+//           the CPU, 256 on CUDA).
+//   disk    the same 2 device slots; a file of (L-1) x T x H x act bytes
+//           (`disk_layer_inputs`, disk_bytes); on CUDA host memory holds
+//           `disk_staging`, 2 x [T, H] act pinned buffers (on the CPU none).
+//   Host and disk copy 2 x (L-1) x T x H x act bytes per sequence pass (each
+//   stored input written once and read once): copy_bytes_per_pass.
+// Optimizer offload (`optimizer_offload`, any N): the device keeps the compute
+// weights (and LoRA's adapter copies) and, for N = 1 too, ZeRO-2's gradient
+// buffers: `gradient_cache` (2 x layer group f32), `head_gradient_buffer`
+// (the final group f32) in lm_head and, for N = 1, also in layer_backward
+// (optimizer_offload.cc frees it at the first layer's Release, once its
+// download has run beside that layer's backward), `embedding_gradient_buffer`
+// in embedding_backward (tied: from lm_head on), plus Gloo's comm_buffer for
+// N > 1 on the CPU; no gradients, shards, master weights or moments. Host
+// memory holds `host_gradients` (the trained groups / N, f32; the copies land
+// in them directly, pinned on CUDA), `host_master_weights` (f32, P/N, always
+// apart from the compute weights) and `host_optimizer_moments` (2 x P/N f32),
+// and for bf16 compute weights `host_weight_staging`, what the updated
+// masters are cast into for the upload: on one worker 2 buffers of
+// min(largest group, 16 Mi) elements, under ZeRO-2 one owned shard of the
+// largest group. Without optimizer_state the host holds only the gradients.
+// copy_bytes_per_step = P x 4 (the gradients of one backward pass, down) +
+// P x weight bytes (the updated weights, up; none without optimizer_state),
+// P the trained groups padded as above; a step of k sequences moves
+// k x P x 4 gradient bytes down (and, from the second pass on, the partial
+// sums up again), which the figure leaves out.
+//
 // Packed sequences (packed_documents > 1) hold the same buffers as one
 // sequence of seq_len tokens: K/V, chunks and logits do not depend on where
 // documents start, so packing changes time (attention within documents), not
@@ -66,6 +102,7 @@
 #include "kernels/dtype.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/lora_options.h"
+#include "worker/engine/offload/checkpoint_tier.h"
 #include "worker/model/model_config.h"
 
 namespace sbp {
@@ -101,6 +138,12 @@ struct PlanRequest {
   LoraOptions lora;
   // Documents packed into each sequence (0 or 1: none; at most seq_len count).
   int64_t packed_documents = 0;
+  // Where the layer inputs live (see above). PlanMemory and PlanAutoChunks
+  // plan the tier given; PlanTiers tries them all.
+  CheckpointTier checkpoint_tier = CheckpointTier::kDevice;
+  // fp32 gradients, master weights and AdamW moments in host memory, the
+  // optimizer step on the CPU (see above).
+  bool optimizer_offload = false;
 };
 
 // One named share of the peak.
@@ -123,8 +166,19 @@ struct MemoryPlan {
   int64_t device_overhead_bytes = 0;
   int64_t allocator_peak_bytes() const { return peak_bytes - device_overhead_bytes; }
 
+  // Off the device (the memory tiers; all 0 / empty for the device tier
+  // without optimizer offload).
+  CheckpointTier checkpoint_tier = CheckpointTier::kDevice;
+  int64_t host_bytes = 0;                  // host memory the tiers hold for the whole step
+  std::vector<MemoryTerm> host_breakdown;  // sums to host_bytes (rounding its own term)
+  int64_t disk_bytes = 0;                  // the disk tier's file
+  int64_t copy_bytes_per_pass = 0;         // checkpoint copies of one sequence pass
+  int64_t copy_bytes_per_step = 0;         // optimizer offload: gradients down + weights up
+
   // Bytes of the term `name` at the peak (0 when absent).
   int64_t Term(absl::string_view name) const;
+  // Bytes of the host term `name` (0 when absent).
+  int64_t HostTerm(absl::string_view name) const;
 };
 
 // Checks the request (positive sizes, precision, device) with errors naming the field.
@@ -161,6 +215,30 @@ absl::StatusOr<MemoryPlan> PlanAutoChunks(const PlanRequest& request, int64_t me
 // `memory_bytes`; 0 when not even one token fits.
 absl::StatusOr<int64_t> MaxSequenceLength(const PlanRequest& request, int64_t memory_bytes,
                                           double safety_margin);
+
+// The plan of `request`'s checkpoint_tier with auto chunks (PlanAutoChunks)
+// that also fits the host and the disk: host_bytes within
+// UsableBytes(host_memory, safety_margin) and disk_bytes within
+// UsableBytes(disk_bytes, safety_margin); 0 leaves that resource unchecked
+// (unlimited). ResourceExhausted naming the short resource (device, host or
+// disk) with its numbers.
+absl::StatusOr<MemoryPlan> PlanTier(const PlanRequest& request, int64_t device_memory,
+                                    double safety_margin, int64_t host_memory, int64_t disk_bytes);
+
+// The fastest checkpoint tier that fits (request.checkpoint_tier ignored):
+// device, then host, then disk, each with its auto chunks (PlanTier).
+// host_memory 0: unlimited; disk_bytes 0: no disk (the disk tier is not
+// tried). ResourceExhausted naming, per tier tried, what is short (device,
+// host or disk) with the numbers when none fits.
+absl::StatusOr<MemoryPlan> PlanTiers(const PlanRequest& request, int64_t device_memory,
+                                     double safety_margin, int64_t host_memory, int64_t disk_bytes);
+
+// The longest sequence (request.seq_len ignored) that PlanTier fits in
+// `device_memory`, `host_memory` and `disk_bytes` (0: unlimited) with the
+// request's checkpoint_tier; 0 when not even one token fits.
+absl::StatusOr<int64_t> MaxSequenceLength(const PlanRequest& request, int64_t device_memory,
+                                          double safety_margin, int64_t host_memory,
+                                          int64_t disk_bytes);
 
 // "weights 15.3 GiB, gradients 15.3 GiB, layer_inputs 2.1 GiB, ..." (largest
 // first, at most `max_terms`, the rest summed as "other").

@@ -17,6 +17,9 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kCublasWorkspace = 32 * kMiB;
 constexpr int64_t kCudaContext = 600 * kMiB;
 constexpr int64_t kNcclBuffers = 256 * kMiB;
+// Elements per host staging buffer of the offloaded optimizer's bf16 upload
+// (optimizer_offload.cc).
+constexpr int64_t kUploadChunkElements = int64_t{1} << 24;
 
 int64_t RoundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -32,6 +35,25 @@ std::string DTypeLabel(int64_t bytes) { return bytes == 2 ? "bf16" : "f32"; }
 std::string Shape2(int64_t count, int64_t rows, int64_t cols, int64_t bytes) {
   return absl::StrCat(count == 1 ? "" : absl::StrCat(count, " x "), "[", rows, ", ", cols, "] ",
                       DTypeLabel(bytes));
+}
+
+// The trained parameters' groups (padded to N): the model's, or LoRA's
+// adapter groups.
+struct TrainedGroups {
+  int64_t embed = 0, layer = 0, final = 0;
+  int64_t total(int64_t L) const { return embed + L * layer + final; }
+  int64_t largest() const { return std::max({embed, layer, final}); }
+};
+
+TrainedGroups Trained(const StepShape& s) {
+  if (s.lora_r > 0) return {s.adapter_edge_group, s.adapter_layer_group, s.adapter_edge_group};
+  return {s.embed_group, s.layer_group, s.final_group};
+}
+
+// Layer inputs the host and disk tiers keep off the device: hidden[0 .. L-2]
+// (hidden[L-1] and hidden[L] never leave the two device slots: layer_inputs.h).
+int64_t StoredLayerInputs(const StepShape& s) {
+  return s.tier == CheckpointTier::kDevice ? 0 : std::max<int64_t>(s.L - 1, 0);
 }
 
 }  // namespace
@@ -138,6 +160,9 @@ StepShape ShapeOf(const PlanRequest& r) {
     s.adapter_layer_group = GroupElements(s.adapter_layer_numel, s.N);
     s.adapter_edge_group = GroupElements(0, s.N);
   }
+  s.tier = r.checkpoint_tier;
+  s.optimizer_offload = r.optimizer_offload;
+  s.optimizer_state = r.optimizer_state;
   return s;
 }
 
@@ -178,14 +203,17 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
   // Adapters' gradients are f32 whatever the precision.
   const int64_t gradient_bytes = lora ? kF32 : s.gradient_bytes;
   const bool bf16 = s.weight_bytes == 2;
-  if (s.N == 1) {
+  // Optimizer offload: gradients, masters and moments live in host memory
+  // (HostState); the device keeps the gradient buffers of ZeRO-2 below.
+  const bool offload = s.optimizer_offload;
+  if (!offload && s.N == 1) {
     trained("gradients", 1, 1, gradient_bytes);
     ledger.SetDetail("gradients", absl::StrCat(params, ", ", DTypeLabel(gradient_bytes)));
-  } else {
+  } else if (!offload) {
     trained("gradient_shards", 1, s.N, kF32);
     ledger.SetDetail("gradient_shards", absl::StrCat("1/", s.N, " of ", params, ", f32"));
   }
-  if (r.optimizer_state) {
+  if (r.optimizer_state && !offload) {
     const std::string share = s.N == 1 ? params : absl::StrCat("1/", s.N, " of ", params);
     if (bf16) {
       trained("master_weights", 1, s.N, kF32);
@@ -194,10 +222,11 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
     trained("optimizer_moments", 2, s.N, kF32);
     ledger.SetDetail("optimizer_moments", absl::StrCat("AdamW m and v, ", share, ", f32"));
   }
-  if (s.N > 1) {
+  if (s.N > 1 || offload) {
     ledger.Add("gradient_cache", 2, layer_group, kF32);
-    ledger.SetDetail("gradient_cache", absl::StrCat("2 x [", layer_group, "] f32 (one layer)"));
-    if (!s.cuda) {
+    ledger.SetDetail("gradient_cache", absl::StrCat("2 x [", layer_group, "] f32 (one layer",
+                                                    offload ? ", copied to host memory" : "", ")"));
+    if (s.N > 1 && !s.cuda) {
       // Gloo's ring receives one chunk at a time from the allocator; NCCL
       // reduces in place within its own buffers (nccl_buffers).
       const int64_t largest = std::max({embed_group, layer_group, final_group});
@@ -313,11 +342,19 @@ int64_t LargestKernelScratch(const StepShape& s, Phase phase) {
 
 Ledger PhaseActivations(const StepShape& s, Phase phase) {
   Ledger ledger(s.alignment);
-  const int64_t layer_inputs = phase == Phase::kLmHead          ? s.L + 1
-                               : phase == Phase::kLayerBackward ? s.L
-                                                                : 1;
-  ledger.Add("layer_inputs", layer_inputs, s.T * s.H, s.act_bytes);
-  ledger.SetDetail("layer_inputs", Shape2(layer_inputs, s.T, s.H, s.act_bytes));
+  if (s.tier == CheckpointTier::kDevice) {
+    const int64_t layer_inputs = phase == Phase::kLmHead          ? s.L + 1
+                                 : phase == Phase::kLayerBackward ? s.L
+                                                                  : 1;
+    ledger.Add("layer_inputs", layer_inputs, s.T * s.H, s.act_bytes);
+    ledger.SetDetail("layer_inputs", Shape2(layer_inputs, s.T, s.H, s.act_bytes));
+  } else if (phase != Phase::kEmbeddingBackward) {
+    // The host and disk tiers: the forward writes into, and the backward
+    // reads from, two device slots while the rest are off the device.
+    ledger.Add("layer_input_slots", 2, s.T * s.H, s.act_bytes);
+    ledger.SetDetail("layer_input_slots", absl::StrCat(Shape2(2, s.T, s.H, s.act_bytes), " (",
+                                                       CheckpointTierName(s.tier), " tier)"));
+  }
   // Full mode keeps every layer's set and frees each after its backward;
   // the others keep one set until the step ends.
   const int64_t sets = s.keep_all ? (phase == Phase::kEmbeddingBackward ? 0 : s.L) : 1;
@@ -359,11 +396,16 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
       ledger.SetDetail("document_offsets", absl::StrCat("[", s.documents + 1, "] i32"));
     }
   }
-  if (s.N > 1) {
+  if (s.N > 1 || s.optimizer_offload) {
     // With LoRA the sink hands out the adapter layout's (empty) edge groups.
     const int64_t final_group = s.lora_r > 0 ? s.adapter_edge_group : s.final_group;
     const int64_t embed_group = s.lora_r > 0 ? s.adapter_edge_group : s.embed_group;
-    if (phase == Phase::kLmHead) {
+    // Optimizer offload on one worker frees the head's buffer once its
+    // download has had the first layer's backward to run in (at that
+    // layer's Release: optimizer_offload.cc), so it is live in the
+    // layer_backward phase too.
+    const bool head_through_first_layer = s.optimizer_offload && s.N == 1;
+    if (phase == Phase::kLmHead || (phase == Phase::kLayerBackward && head_through_first_layer)) {
       ledger.Add("head_gradient_buffer", 1, final_group, kF32);
       ledger.SetDetail("head_gradient_buffer", absl::StrCat("[", final_group, "] f32"));
     }
@@ -373,6 +415,72 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
     }
   }
   return ledger;
+}
+
+Ledger HostState(const StepShape& s) {
+  Ledger ledger(s.alignment);
+  if (const int64_t stored = StoredLayerInputs(s); stored > 0) {
+    if (s.tier == CheckpointTier::kHost) {
+      ledger.Add("host_layer_inputs", stored, s.T * s.H, s.act_bytes);
+      ledger.SetDetail("host_layer_inputs", absl::StrCat(Shape2(stored, s.T, s.H, s.act_bytes),
+                                                         s.cuda ? " pinned" : ""));
+    } else if (s.cuda) {  // the disk tier's bounce buffers between the slots and the file
+      ledger.Add("disk_staging", 2, s.T * s.H, s.act_bytes);
+      ledger.SetDetail("disk_staging", absl::StrCat(Shape2(2, s.T, s.H, s.act_bytes), " pinned"));
+    }
+  }
+  if (s.optimizer_offload) {
+    const TrainedGroups g = Trained(s);
+    const std::string share = s.N == 1 ? "" : absl::StrCat("1/", s.N, " of ");
+    const std::string params =
+        s.lora_r > 0 ? absl::StrCat(share, s.L * s.adapter_layer_numel, " LoRA parameters (r ",
+                                    s.lora_r, ")")
+                     : absl::StrCat(share, s.embed_numel + s.L * s.layer_numel + s.final_numel,
+                                    " parameters");
+    auto trained = [&](absl::string_view name, int64_t copies) {
+      ledger.Add(name, copies, g.embed / s.N, kF32);
+      ledger.Add(name, copies * s.L, g.layer / s.N, kF32);
+      ledger.Add(name, copies, g.final / s.N, kF32);
+    };
+    trained("host_gradients", 1);
+    ledger.SetDetail("host_gradients", absl::StrCat(params, ", f32"));
+    if (s.optimizer_state) {
+      trained("host_master_weights", 1);
+      ledger.SetDetail("host_master_weights", absl::StrCat(params, ", f32"));
+      trained("host_optimizer_moments", 2);
+      ledger.SetDetail("host_optimizer_moments", absl::StrCat("AdamW m and v, ", params, ", f32"));
+    }
+    // The compute copy's upload when it is not f32 (bf16): on one worker two
+    // host staging buffers the masters are cast into in chunks of at most
+    // kUploadChunkElements (optimizer_offload.cc); under ZeRO-2 one owned
+    // shard at a time (zero2_state.cc), during the update.
+    if (s.optimizer_state && s.weight_bytes != kF32) {
+      const int64_t elements =
+          s.N == 1 ? std::min(g.largest(), kUploadChunkElements) : g.largest() / s.N;
+      const int64_t buffers = s.N == 1 ? 2 : 1;
+      ledger.Add("host_weight_staging", buffers, elements, s.weight_bytes);
+      ledger.SetDetail("host_weight_staging",
+                       absl::StrCat(buffers == 1 ? "" : absl::StrCat(buffers, " x "), "[", elements,
+                                    "] ", DTypeLabel(s.weight_bytes), s.cuda ? " pinned" : "",
+                                    " (the compute copy's upload)"));
+    }
+  }
+  return ledger;
+}
+
+int64_t DiskBytes(const StepShape& s) {
+  if (s.tier != CheckpointTier::kDisk) return 0;
+  return StoredLayerInputs(s) * s.T * s.H * s.act_bytes;
+}
+
+int64_t CheckpointCopyBytes(const StepShape& s) {
+  return 2 * StoredLayerInputs(s) * s.T * s.H * s.act_bytes;
+}
+
+int64_t OptimizerCopyBytes(const StepShape& s) {
+  if (!s.optimizer_offload) return 0;
+  const int64_t P = Trained(s).total(s.L);
+  return P * kF32 + (s.optimizer_state ? P * s.weight_bytes : 0);
 }
 
 }  // namespace sbp::planner

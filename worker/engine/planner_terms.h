@@ -66,6 +66,11 @@ struct StepShape {
   // model's groups wherever the trained parameters are counted.
   int64_t lora_r = 0;
   int64_t adapter_layer_numel = 0, adapter_layer_group = 0, adapter_edge_group = 0;
+  // Memory tiers: where the layer inputs live, and whether the gradients and
+  // optimizer state live in host memory.
+  CheckpointTier tier = CheckpointTier::kDevice;
+  bool optimizer_offload = false;
+  bool optimizer_state = true;
 };
 
 // The sizes of `request` with chunks already chosen (0 in the request: the
@@ -81,5 +86,23 @@ absl::string_view PhaseName(Phase phase);  // "lm_head", ...
 
 // What a step holds besides the model state in `phase` (see planner.h).
 Ledger PhaseActivations(const StepShape& s, Phase phase);
+
+// Host memory the tiers hold for the whole step (see planner.h): the host
+// tier's layer inputs or the disk tier's staging, and the offloaded
+// gradients, master weights, moments and their staging. Rounded as the
+// device's allocator rounds.
+Ledger HostState(const StepShape& s);
+
+// The disk tier's file: (L-1) x T x H x act bytes (0 for the other tiers).
+int64_t DiskBytes(const StepShape& s);
+
+// Checkpoint copies of one sequence pass: 2 x (L-1) x T x H x act bytes off
+// the device tier, 0 on it.
+int64_t CheckpointCopyBytes(const StepShape& s);
+
+// Optimizer offload's copies of a step of one sequence: the trained
+// parameters' f32 gradients down and, with optimizer state, their compute
+// copies up (0 without offload).
+int64_t OptimizerCopyBytes(const StepShape& s);
 
 }  // namespace sbp::planner

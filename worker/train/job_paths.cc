@@ -80,7 +80,8 @@ bool InsideShared(const fs::path& resolved, const Roots& roots) {
   return false;
 }
 
-// One path of the spec (see job_paths.h); `writable`: checkpoint.dir.
+// One path of the spec (see job_paths.h); `writable`: checkpoint.dir and
+// streambp.offload.disk_dir.
 absl::Status CheckPath(absl::string_view field, const std::string& value, const Roots& roots,
                        bool writable) {
   if (value.empty()) return absl::OkStatus();
@@ -137,6 +138,8 @@ absl::Status CheckJobPaths(const JobSpec& spec, const PathPolicy& policy) {
   }
   RETURN_IF_ERROR(CheckPath("resume_from", spec.resume_from, roots, false));
   RETURN_IF_ERROR(CheckPath("eval.data", spec.eval.data, roots, false));
+  RETURN_IF_ERROR(
+      CheckPath("streambp.offload.disk_dir", spec.streambp.offload.disk_dir, roots, true));
   return CheckPath("checkpoint.dir", spec.checkpoint.dir, roots, true);
 }
 

@@ -8,7 +8,8 @@
 // must resolve, symbolic links followed, inside the area. A path the job only
 // reads may instead be absolute (or a link) that resolves inside the shared
 // read-only directory an admin names (--shared-dir: base models, common data
-// sets). checkpoint.dir is written: relative, inside the area. So no job
+// sets). checkpoint.dir and streambp.offload.disk_dir are written: relative,
+// inside the area. So no job
 // reads or writes another user's files, and checkpoint.dir means the same
 // directory in the check and in the write.
 //

@@ -28,6 +28,10 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
   r.reference_model = !ReferenceModelDir(spec).empty() && !ReferenceIsLoraBase(spec);
   r.device = spec.resources.device;
   r.optimizer_state = true;
+  r.optimizer_offload = spec.train.optimizer_offload;
+  // `auto` plans the device tier until the worker resolves it
+  // (ChooseCheckpointTier), which then sets the tier it chose.
+  r.checkpoint_tier = spec.streambp.offload.checkpoints.value_or(CheckpointTier::kDevice);
   r.lora = spec.lora;
   // Packing: at most one document per token (the offsets' largest size).
   if (spec.data_packing) r.packed_documents = spec.seq_len;

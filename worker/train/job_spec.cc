@@ -207,11 +207,12 @@ const std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>&
   static const auto* blocks =
       new std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>{
           {"data", {"path", "packing"}},
-          {"streambp", {"mode", "chunk_tokens", "logits_chunk_tokens"}},
+          {"streambp", {"mode", "chunk_tokens", "logits_chunk_tokens", "offload"}},
+          {"streambp.offload", {"checkpoints", "disk_dir"}},
           {"train",
            {"steps", "sequences_per_step", "micro_batch_sequences", "lr", "schedule",
             "warmup_steps", "min_lr_ratio", "weight_decay", "beta1", "beta2", "betas", "eps",
-            "max_grad_norm", "seed", "precision", "epochs", "shuffle"}},
+            "max_grad_norm", "seed", "precision", "epochs", "shuffle", "optimizer_offload"}},
           {"dpo", {"beta", "reference"}},
           {"grpo", {"beta", "epsilon", "loss", "reference"}},
           {"resources", {"world_size", "device", "memory"}},
@@ -637,6 +638,20 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
                                          s.streambp.mode));
   RETURN_IF_ERROR(ReadChunk(r, sb, "chunk_tokens", s.streambp.chunk_tokens));
   RETURN_IF_ERROR(ReadChunk(r, sb, "logits_chunk_tokens", s.streambp.logits_chunk_tokens));
+  ASSIGN_OR_RETURN(Block ob, Block::Make(r, sb.Get("offload"), "streambp.offload"));
+  {
+    std::string tier = "auto";
+    RETURN_IF_ERROR(ReadString(r, ob, "checkpoints", tier));
+    if (tier != "auto") {
+      absl::StatusOr<CheckpointTier> parsed = ParseCheckpointTier(tier);
+      if (!parsed.ok()) {
+        return r.Got(ob.Path("checkpoints"), "must be auto, device, host or disk",
+                     ob.Get("checkpoints"));
+      }
+      s.streambp.offload.checkpoints = *parsed;
+    }
+  }
+  RETURN_IF_ERROR(ReadPath(r, ob, "disk_dir", s.streambp.offload.disk_dir));
 
   // train
   ASSIGN_OR_RETURN(Block tb, Block::Make(r, top.Get("train"), "train"));
@@ -693,6 +708,7 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
       r, tb, "precision", {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}}, t.precision));
   RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "epochs", kMaxSpecSteps, t.epochs));
   RETURN_IF_ERROR(ReadBool(r, tb, "shuffle", t.shuffle));
+  RETURN_IF_ERROR(ReadBool(r, tb, "optimizer_offload", t.optimizer_offload));
 
   // dpo, grpo: always read, so that their defaults are filled in.
   ASSIGN_OR_RETURN(Block db, Block::Make(r, top.Get("dpo"), "dpo"));
@@ -748,6 +764,13 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   RETURN_IF_ERROR(ReadNonNegativeInt(r, cb, "keep_last", kMaxSpecSteps, s.checkpoint.keep_last));
 
   // Rules between blocks.
+  if (!s.streambp.offload.disk_dir.empty() && s.streambp.offload.checkpoints.has_value() &&
+      *s.streambp.offload.checkpoints != CheckpointTier::kDisk) {
+    return r.Error("streambp.offload.disk_dir",
+                   absl::StrCat("is where the disk tier writes; streambp.offload.checkpoints is ",
+                                CheckpointTierName(*s.streambp.offload.checkpoints),
+                                " (use disk or auto, or leave disk_dir out)"));
+  }
   if (t.sequences_per_step < s.resources.world_size) {
     return r.Got(tb.Path("sequences_per_step"),
                  absl::StrCat("must be at least resources.world_size (", s.resources.world_size,
@@ -778,6 +801,10 @@ Json ToJsonValue(const JobSpec& s) {
   j["streambp"] = {{"mode", BackwardModeName(s.streambp.mode)},
                    {"chunk_tokens", chunk(s.streambp.chunk_tokens)},
                    {"logits_chunk_tokens", chunk(s.streambp.logits_chunk_tokens)}};
+  const OffloadSpec& off = s.streambp.offload;
+  j["streambp"]["offload"] = {
+      {"checkpoints", off.checkpoints ? Json(CheckpointTierName(*off.checkpoints)) : Json("auto")}};
+  if (!off.disk_dir.empty()) j["streambp"]["offload"]["disk_dir"] = off.disk_dir;
   const TrainSpec& t = s.train;
   j["train"] = {{"steps", t.steps},
                 {"sequences_per_step", t.sequences_per_step},
@@ -794,7 +821,8 @@ Json ToJsonValue(const JobSpec& s) {
                 {"seed", t.seed},
                 {"precision", PrecisionName(t.precision)},
                 {"epochs", t.epochs},
-                {"shuffle", t.shuffle}};
+                {"shuffle", t.shuffle},
+                {"optimizer_offload", t.optimizer_offload}};
   j["dpo"] = {{"beta", s.dpo.beta}, {"reference", s.dpo.reference}};
   j["grpo"] = {{"beta", s.grpo.beta},
                {"epsilon", s.grpo.epsilon},

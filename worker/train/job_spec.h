@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -25,6 +26,7 @@
 #include "kernels/dtype.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/lora_options.h"
+#include "worker/engine/offload/checkpoint_tier.h"
 
 namespace sbp {
 
@@ -61,10 +63,22 @@ absl::string_view PrecisionName(Precision precision);     // "fp32", "bf16"
 absl::string_view GrpoLossName(GrpoLoss loss);            // "grpo", "bnpo", "dr_grpo"
 absl::string_view TruncationName(Truncation truncation);  // "reject", "truncate"
 
+// `streambp.offload:` where the layer inputs kept for the backward live
+// (worker/engine/offload/checkpoint_tier.h). `checkpoints: auto` (nullopt)
+// lets the planner take the fastest tier that fits the worker; `disk_dir` is
+// where the disk tier writes its file, inside the job's area ("": the run
+// directory's offload/ folder).
+struct OffloadSpec {
+  std::optional<CheckpointTier> checkpoints;  // nullopt: auto
+  std::string disk_dir;
+  bool operator==(const OffloadSpec&) const = default;
+};
+
 struct StreamBpSpec {
   BackwardMode mode = BackwardMode::kStream;
   int64_t chunk_tokens = 0;         // 0: auto (the memory planner chooses)
   int64_t logits_chunk_tokens = 0;  // 0: auto
+  OffloadSpec offload;
   bool operator==(const StreamBpSpec&) const = default;
 };
 
@@ -88,6 +102,10 @@ struct TrainSpec {
   Precision precision = Precision::kFp32;
   int64_t epochs = 0;   // 0: no limit; otherwise also stop after this many passes
   bool shuffle = true;  // reshuffle the data every epoch (EpochOrder)
+  // fp32 gradients, master weights and AdamW moments in host memory, updated
+  // by the CPU (ZeRO-Offload style); the device keeps the compute weights and
+  // a one-layer gradient cache.
+  bool optimizer_offload = false;
   bool operator==(const TrainSpec&) const = default;
 };
 

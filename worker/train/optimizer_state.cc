@@ -9,6 +9,7 @@
 #include "worker/dist/zero2_state.h"
 #include "worker/engine/device_store.h"
 #include "worker/train/optimizer.h"
+#include "worker/train/optimizer_offload.h"
 #include "worker/train/sharded_checkpoint.h"
 
 namespace sbp {
@@ -91,8 +92,8 @@ class LocalOptimizerState final : public OptimizerState {
 class Zero2OptimizerState final : public OptimizerState {
  public:
   Zero2OptimizerState(ParameterStore& weights, std::unique_ptr<Zero2State> zero,
-                      const TrainSpec& train)
-      : weights_(weights), zero_(std::move(zero)), train_(train) {
+                      const TrainSpec& train, bool offload)
+      : weights_(weights), zero_(std::move(zero)), train_(train), offload_(offload) {
     grads_.layers.resize(weights.config().num_hidden_layers);
   }
 
@@ -112,11 +113,18 @@ class Zero2OptimizerState final : public OptimizerState {
   }
   double comm_wait_seconds() const override { return zero_->comm_wait_seconds(); }
   bool separate_master() const override { return zero_->separate_master(); }
+  int64_t host_current_bytes() const override {
+    return offload_ ? zero_->backend().host_allocator().current_bytes() : 0;
+  }
+  int64_t host_peak_bytes() const override {
+    return offload_ ? zero_->backend().host_allocator().peak_bytes() : 0;
+  }
 
  private:
   ParameterStore& weights_;
   std::unique_ptr<Zero2State> zero_;
   TrainSpec train_;
+  bool offload_;
   ModelTensors grads_;  // views bound by the sink while a group is open
 };
 
@@ -132,13 +140,23 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(
   if (!f32_compute && !options.separate_master) {
     return absl::InvalidArgumentError("a bf16 compute copy needs separate fp32 master weights");
   }
+  if (options.offload && options.comm == nullptr) {
+    return CreateOffloadedOptimizerState(options, backend, train, engine);
+  }
   if (options.comm != nullptr) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Zero2State> zero,
-                     Zero2State::Create(weights, *options.comm, backend,
-                                        options.separate_master ? options.initial : nullptr));
+    if (options.offload && !backend.device().is_cpu()) {
+      // The reduce-scatter adds into the owned shard on the communicator's
+      // stream, which must then be device memory.
+      return absl::FailedPreconditionError(
+          "optimizer offload with world_size > 1 on cuda is not supported yet");
+    }
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<Zero2State> zero,
+        Zero2State::Create(weights, *options.comm, backend,
+                           options.separate_master ? options.initial : nullptr, options.offload));
     engine.set_gradient_sink(zero.get());
     return std::unique_ptr<OptimizerState>(
-        new Zero2OptimizerState(weights, std::move(zero), train));
+        new Zero2OptimizerState(weights, std::move(zero), train, options.offload));
   }
   std::optional<ParameterStore> master;
   if (options.separate_master) {

@@ -2,7 +2,10 @@
 // the trainer: on a single worker a full gradient store and full AdamW
 // moments; under ZeRO-2 (a communicator) the sharded state of Zero2State,
 // whose gradients arrive through the engine's gradient sink. Everything
-// lives on the backend's device; checkpoints pass through host memory.
+// lives on the backend's device, except with optimizer offload
+// (optimizer_offload.h; under ZeRO-2 the owned shards), where gradients,
+// masters and moments live in host memory and the CPU updates them;
+// checkpoints pass through host memory.
 //
 // Mixed precision. The engine reads the compute copy of the weights (bf16
 // or f32). AdamW updates fp32 master weights: the compute copy itself when
@@ -43,8 +46,19 @@ class OptimizerState {
   virtual absl::StatusOr<TrainerState> Load(const std::string& checkpoint_dir) = 0;
   // Seconds spent waiting on collectives so far (0 on a single worker).
   virtual double comm_wait_seconds() const { return 0; }
-  // True when the fp32 masters are kept apart from the compute copy.
+  // True when the run keeps fp32 masters apart from the compute copy (what
+  // its checkpoints carry; offloaded masters are always apart in memory).
   virtual bool separate_master() const = 0;
+
+  // Optimizer offload's figures (0 without offload): bytes copied between
+  // device and host so far, seconds the copy queue ran them, seconds the
+  // compute waited for them, and the backend's host_allocator() use (current
+  // and peak bytes).
+  virtual int64_t offload_copied_bytes() const { return 0; }
+  virtual double offload_busy_seconds() const { return 0; }
+  virtual double offload_wait_seconds() const { return 0; }
+  virtual int64_t host_current_bytes() const { return 0; }
+  virtual int64_t host_peak_bytes() const { return 0; }
 };
 
 struct OptimizerStateOptions {
@@ -61,6 +75,10 @@ struct OptimizerStateOptions {
   // bit-identical to shared masters).
   bool separate_master = false;
   Communicator* comm = nullptr;  // non-null: ZeRO-2, installed as `engine`'s sink
+  // Gradients, masters and moments in host memory, updated by the CPU
+  // (optimizer_offload.h; under ZeRO-2 the owned shards). Not yet with
+  // ZeRO-2 on CUDA (FailedPrecondition).
+  bool offload = false;
 };
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(

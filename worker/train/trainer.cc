@@ -35,6 +35,7 @@
 #include "worker/train/optimizer_state.h"
 #include "worker/train/run_directory.h"
 #include "worker/train/step_objective.h"
+#include "worker/train/tier_meter.h"
 
 namespace sbp {
 namespace {
@@ -95,13 +96,21 @@ absl::StatusOr<ParameterStore> LoadStore(const std::string& dir, const ModelConf
 // stream mode on a worker with a memory budget, the largest the memory
 // planner fits in the budget (with the device's safety margin); without a
 // budget the engine's defaults.
+// The planner's request for this run: the spec's, with the checkpoint tier
+// the worker chose.
+PlanRequest RunPlanRequest(const JobSpec& spec, const ModelConfig& config, CheckpointTier tier) {
+  PlanRequest request = PlanRequestForSpec(spec, config);
+  request.checkpoint_tier = tier;
+  return request;
+}
+
 absl::StatusOr<EngineOptions> ChooseEngineOptions(const JobSpec& spec, const ModelConfig& config,
-                                                  int64_t budget_bytes) {
+                                                  int64_t budget_bytes, CheckpointTier tier) {
   EngineOptions options{spec.streambp.mode, spec.streambp.chunk_tokens,
                         spec.streambp.logits_chunk_tokens};
   const bool automatic = options.chunk_tokens == 0 || options.logits_chunk_tokens == 0;
   if (options.mode != BackwardMode::kStream || !automatic || budget_bytes <= 0) return options;
-  ASSIGN_OR_RETURN(MemoryPlan plan, PlanAutoChunks(PlanRequestForSpec(spec, config), budget_bytes,
+  ASSIGN_OR_RETURN(MemoryPlan plan, PlanAutoChunks(RunPlanRequest(spec, config, tier), budget_bytes,
                                                    DefaultSafetyMargin(spec.resources.device)));
   options.chunk_tokens = plan.chunk_tokens;
   options.logits_chunk_tokens = plan.logits_chunk_tokens;
@@ -203,18 +212,19 @@ absl::Status WithStorageDetails(absl::Status status, const std::string& run_dir)
 // OUT_OF_MEMORY names the plan: what the memory planner predicts for this
 // job with the engine's chunk sizes, against the budget.
 absl::Status WithMemoryPlan(absl::Status status, const JobSpec& spec, const ModelConfig& config,
-                            const EngineOptions& engine, int64_t budget_bytes) {
+                            const EngineOptions& engine, int64_t budget_bytes,
+                            CheckpointTier tier) {
   if (status.code() != absl::StatusCode::kResourceExhausted) return status;
-  PlanRequest request = PlanRequestForSpec(spec, config);
+  PlanRequest request = RunPlanRequest(spec, config, tier);
   request.chunk_tokens = engine.chunk_tokens;
   request.logits_chunk_tokens = engine.logits_chunk_tokens;
   const absl::StatusOr<MemoryPlan> plan = PlanMemory(request);
   if (!plan.ok()) return status;
-  return absl::ResourceExhaustedError(
-      absl::StrCat(status.message(), " (plan: ", BackwardModeName(engine.mode), " mode, chunks ",
-                   plan->chunk_tokens, "/", plan->logits_chunk_tokens, " tokens, predicted peak ",
-                   FormatByteSize(plan->peak_bytes), " of a ", FormatByteSize(budget_bytes),
-                   " budget; `sbp plan` suggests what fits)"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      status.message(), " (plan: ", BackwardModeName(engine.mode), " mode, ",
+      CheckpointTierName(tier), " checkpoints, chunks ", plan->chunk_tokens, "/",
+      plan->logits_chunk_tokens, " tokens, predicted peak ", FormatByteSize(plan->peak_bytes),
+      " of a ", FormatByteSize(budget_bytes), " budget; `sbp plan` suggests what fits)"));
 }
 
 }  // namespace
@@ -231,6 +241,16 @@ nlohmann::json StepReport::ToJson() const {
                       {"mfu", mfu},
                       {"peak_bytes", peak_bytes},
                       {"current_bytes", current_bytes}};
+  if (checkpoint_tier != "device" || optimizer_offload) {
+    j["checkpoint_tier"] = checkpoint_tier;
+    j["optimizer_offload"] = optimizer_offload;
+    j["host_tier_bytes"] = host_tier_bytes;
+    j["host_tier_peak_bytes"] = host_tier_peak_bytes;
+    j["disk_tier_bytes"] = disk_tier_bytes;
+    j["offload_copy_bytes"] = offload_copy_bytes;
+    j["offload_copy_seconds"] = offload_copy_seconds;
+    j["offload_wait_seconds"] = offload_wait_seconds;
+  }
   if (extra.is_object()) {
     for (auto& [key, value] : extra.items()) j[key] = value;
   }
@@ -291,8 +311,10 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   const ModelConfig config = weights.config();
   RETURN_IF_ERROR(CheckModelRunsOn(config, backend));
   ASSIGN_OR_RETURN(Dataset dataset, Dataset::LoadForJob(spec, options.base_dir, config.vocab_size));
+  ASSIGN_OR_RETURN(const CheckpointTier checkpoint_tier,
+                   ChooseCheckpointTier(spec, config, allocator.budget_bytes(), options.offload));
   ASSIGN_OR_RETURN(const EngineOptions engine_options,
-                   ChooseEngineOptions(spec, config, allocator.budget_bytes()));
+                   ChooseEngineOptions(spec, config, allocator.budget_bytes(), checkpoint_tier));
   Engine engine(config, backend, engine_options);
   // A cancel reaches a step in progress within a sequence or a layer.
   const Engine::InterruptCheck interrupt = [observer]() -> absl::Status {
@@ -308,6 +330,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   state_options.initial = lora ? &lora->initial : &initial;
   state_options.separate_master = separate_master;
   state_options.comm = comm.get();
+  state_options.offload = spec.train.optimizer_offload;
   ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                    CreateOptimizerState(state_options, backend, spec.train, engine));
   initial = ParameterStore();  // the host copy is no longer needed
@@ -336,6 +359,12 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     claimed = claim.status();
   }
   RETURN_IF_ERROR(AgreeOnRankZero(comm.get(), claimed, "claim the run directory"));
+  // The layer checkpoints' store (host or disk tier), checked before the first step.
+  ASSIGN_OR_RETURN(const std::unique_ptr<CheckpointStore> checkpoint_store,
+                   OpenCheckpointStore(checkpoint_tier, spec, backend, options.base_dir, run_dir,
+                                       options.offload));
+  engine.set_checkpoint_store(checkpoint_store.get());
+  TierMeter tiers(backend, checkpoint_store.get(), *optimizer, spec.train.optimizer_offload);
   // OK while this attempt may still write: its lease holds (every rank) and
   // no newer attempt took the run over (rank 0, which writes).
   auto may_write = [&]() -> absl::Status {
@@ -442,7 +471,8 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
       break;
     }
     if (!ran.ok()) {
-      return WithMemoryPlan(ran.status(), spec, config, engine_options, allocator.budget_bytes());
+      return WithMemoryPlan(ran.status(), spec, config, engine_options, allocator.budget_bytes(),
+                            checkpoint_tier);
     }
     ObjectiveStepResult result = *std::move(ran);
     RETURN_IF_ERROR(optimizer->FinishBackward());
@@ -472,13 +502,14 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     report.mfu = result.model_flops / seconds / 1e9 / (reference_gflops * world_size);
     report.peak_bytes = allocator.peak_bytes();
     report.current_bytes = allocator.current_bytes();
+    tiers.Fill(report);
     report.extra = result.extra;
     if (evaluator != nullptr && evaluator->Due(step, spec.train.steps)) {
       // After the update: the loss of the weights this step produced.
       absl::StatusOr<EvalResult> evaluated = evaluator->Run(engine, w, comm.get());
       if (!evaluated.ok()) {
         return WithMemoryPlan(evaluated.status(), spec, config, engine_options,
-                              allocator.budget_bytes());
+                              allocator.budget_bytes(), checkpoint_tier);
       }
       eval_step = step;
       eval_loss = evaluated->loss;

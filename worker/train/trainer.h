@@ -29,6 +29,7 @@
 #include "kernels/allocator.h"
 #include "nlohmann/json.hpp"
 #include "worker/dist/communicator.h"
+#include "worker/train/checkpoint_offload.h"
 #include "worker/train/job_spec.h"
 
 namespace sbp {
@@ -46,6 +47,19 @@ struct StepReport {
   double mfu = 0;          // model FLOP rate / the device's reference peak
   int64_t peak_bytes = 0;  // allocator peak since the run started
   int64_t current_bytes = 0;
+  // The memory tiers (streambp.offload, train.optimizer_offload): where the
+  // layer checkpoints live, the host memory the tiers hold now and at peak,
+  // the disk tier's file, and this step's copies between the device and the
+  // host or disk: bytes, seconds the copy queues ran, seconds the compute
+  // waited for them. metrics.jsonl has them when a tier is off the device.
+  std::string checkpoint_tier = "device";
+  bool optimizer_offload = false;
+  int64_t host_tier_bytes = 0;
+  int64_t host_tier_peak_bytes = 0;
+  int64_t disk_tier_bytes = 0;
+  int64_t offload_copy_bytes = 0;
+  double offload_copy_seconds = 0;
+  double offload_wait_seconds = 0;
   nlohmann::json extra;  // objective figures (DPO accuracy, GRPO KL, ...)
   // The latest validation loss (`eval:`), computed after step eval_step
   // (0: none yet); metrics.jsonl has it on that step's line only.
@@ -105,6 +119,9 @@ struct TrainOptions {
   // run's: its device decides the communicator (Gloo or NCCL) and its
   // allocator holds the communicator's buffers.
   std::function<absl::StatusOr<std::unique_ptr<Communicator>>(Backend&)> connect;
+  // Host memory and local disk this worker offers the memory tiers
+  // (streambp.offload: auto chooses among them; checkpoint_offload.h).
+  OffloadResources offload;
 };
 
 struct TrainSummary {

@@ -184,6 +184,21 @@ memory limit; Kubernetes quantities (72Gi, 64G) and our sizes (72GiB) alike. */}
 {{- end }}
 {{- end }}
 
+{{- /* A size for an sbp flag: Kubernetes quantities (256Gi, 500G) and our
+sizes (256GiB) alike; fails naming .field. Called with (dict "field" F "size" S). */}}
+{{- define "streambp.sizeArg" -}}
+{{- $size := toString .size }}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?[KMGT]i$" $size }}
+{{- printf "%sB" $size }}
+{{- else if regexMatch "^[0-9]+(\\.[0-9]+)?[kMGT]$" $size }}
+{{- printf "%sB" (upper $size) }}
+{{- else if regexMatch "^[0-9]+(\\.[0-9]+)? ?([KMGT]i?B|kB|B)?$" $size }}
+{{- $size }}
+{{- else }}
+{{- fail (printf "%s: %q is not a size like 256Gi, 500G or 256GiB" .field $size) }}
+{{- end }}
+{{- end }}
+
 {{- define "streambp.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: {{ .Values.securityContext.runAsUser }}

@@ -33,6 +33,40 @@ TEST(ToJobProgressTest, CopiesEveryFigure) {
   EXPECT_DOUBLE_EQ(p.step_seconds(), 0.5);
   EXPECT_DOUBLE_EQ(p.eta_seconds(), 6.5);
   EXPECT_FALSE(p.has_updated_at());
+  // The device tier, no offload: the tier fields say so and copy nothing.
+  EXPECT_EQ(p.checkpoint_tier(), "device");
+  EXPECT_FALSE(p.optimizer_offload());
+  EXPECT_DOUBLE_EQ(p.offload_copy_bytes_per_second(), 0);
+}
+
+TEST(ToJobProgressTest, CopiesTheMemoryTiersAndTheCopyRate) {
+  StepReport r;
+  r.step = 3;
+  r.checkpoint_tier = "host";
+  r.optimizer_offload = true;
+  r.host_tier_bytes = 3 << 20;
+  r.host_tier_peak_bytes = 4 << 20;
+  r.disk_tier_bytes = 0;
+  r.offload_copy_bytes = 8 << 20;
+  r.offload_copy_seconds = 0.5;
+  r.offload_wait_seconds = 0.125;
+  const streambp::v1::JobProgress p = ToJobProgress(r, 1);
+  EXPECT_EQ(p.checkpoint_tier(), "host");
+  EXPECT_TRUE(p.optimizer_offload());
+  EXPECT_EQ(p.host_tier_bytes(), 3 << 20);
+  EXPECT_EQ(p.host_tier_peak_bytes(), 4 << 20);
+  EXPECT_EQ(p.disk_tier_bytes(), 0);
+  EXPECT_DOUBLE_EQ(p.offload_copy_bytes_per_second(), 16 << 20);  // 8 MiB in 0.5 s
+  EXPECT_DOUBLE_EQ(p.offload_wait_seconds(), 0.125);
+
+  r.checkpoint_tier = "disk";
+  r.disk_tier_bytes = 5 << 20;
+  r.offload_copy_bytes = 1 << 20;
+  r.offload_copy_seconds = 0;  // not measured: no rate rather than infinity
+  const streambp::v1::JobProgress d = ToJobProgress(r, 1);
+  EXPECT_EQ(d.checkpoint_tier(), "disk");
+  EXPECT_EQ(d.disk_tier_bytes(), 5 << 20);
+  EXPECT_DOUBLE_EQ(d.offload_copy_bytes_per_second(), 0);
 }
 
 TEST(EstimateEtaSecondsTest, MeanStepTimeTimesStepsLeft) {

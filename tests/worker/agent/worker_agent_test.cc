@@ -340,5 +340,61 @@ TEST_F(WorkerAgentTest, ServesWorkerMetrics) {
   }
 }
 
+// The value of the sample `series` (name and labels, exactly) in `text`; -1
+// when absent.
+double Sample(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+// The memory tiers: the worker registers what it offers them, hands it to
+// the trainer, and reports where a job's checkpoints live, by step and on
+// /metrics.
+TEST_F(WorkerAgentTest, RegistersItsMemoryTiersAndReportsThem) {
+  FakeCoordinator fake;
+  const std::string spec =
+      "name: tiers\nmodel: model\ndata: data.jsonl\nobjective: sft\nseq_len: 16\n"
+      "streambp: {mode: stream, chunk_tokens: 4, logits_chunk_tokens: 4, "
+      "offload: {checkpoints: host}}\n"
+      "train: {steps: 2, sequences_per_step: 2, lr: 1.0e-2}\n"
+      "checkpoint: {every_steps: 2, dir: runs/tiers}\n";
+  fake.Enqueue(Assign("job-tiers", 1, spec));
+  AgentOptions options = Options(fake);
+  options.host_memory_bytes = int64_t{3} << 30;
+  options.offload_disk_bytes = int64_t{5} << 30;
+  options.metrics_listen = "127.0.0.1:0";
+  AgentRunner runner(options);
+  ASSERT_TRUE(fake.WaitForFinishes(1, absl::Seconds(60)));
+  ASSERT_EQ(fake.finishes()[0].outcome(), v1::OUTCOME_SUCCEEDED) << fake.finishes()[0].message();
+
+  const auto registrations = fake.registrations();
+  ASSERT_FALSE(registrations.empty());
+  EXPECT_EQ(registrations[0].host_memory_bytes(), int64_t{3} << 30);
+  EXPECT_EQ(registrations[0].offload_disk_bytes(), int64_t{5} << 30);
+
+  int stepped = 0;
+  for (const auto& r : fake.reports()) {
+    if (r.progress().step() == 0) continue;
+    ++stepped;
+    EXPECT_EQ(r.progress().checkpoint_tier(), "host");
+    EXPECT_FALSE(r.progress().optimizer_offload());
+    EXPECT_GT(r.progress().host_tier_peak_bytes(), 0);
+    EXPECT_EQ(r.progress().disk_tier_bytes(), 0);
+    EXPECT_GE(r.progress().offload_copy_bytes_per_second(), 0);
+  }
+  EXPECT_GT(stepped, 0);
+
+  const std::string text = HttpGet(runner.agent()->metrics_address(), "/metrics");
+  EXPECT_GT(Sample(text, "sbp_worker_memory_peak_bytes{tier=\"device\"}"), 0) << text;
+  EXPECT_GT(Sample(text, "sbp_worker_memory_peak_bytes{tier=\"host\"}"), 0) << text;
+  EXPECT_EQ(Sample(text, "sbp_worker_memory_peak_bytes{tier=\"disk\"}"), 0) << text;
+  // The run is over: nothing is held in any tier.
+  EXPECT_EQ(Sample(text, "sbp_worker_memory_current_bytes{tier=\"host\"}"), 0) << text;
+  EXPECT_GT(Sample(text, "sbp_offload_copy_bytes_total"), 0) << text;
+  EXPECT_GE(Sample(text, "sbp_offload_wait_seconds_total"), 0) << text;
+  EXPECT_GE(Sample(text, "sbp_offload_copy_bytes_per_second"), 0) << text;
+}
+
 }  // namespace
 }  // namespace sbp::testing

@@ -182,6 +182,16 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"train: {lr: fast}\n", "job.yaml: train.lr: must be a number (got 'fast')"},
         ErrorCase{"streambp: {mode: fast}\n",
                   "job.yaml: streambp.mode: must be one of stream, checkpoint, full (got 'fast')"},
+        ErrorCase{"streambp: {offload: {checkpoints: nvme}}\n",
+                  "job.yaml: streambp.offload.checkpoints: must be auto, device, host or disk "
+                  "(got 'nvme')"},
+        ErrorCase{"streambp: {offload: {checkpoints: host, disk_dir: scratch}}\n",
+                  "job.yaml: streambp.offload.disk_dir: is where the disk tier writes; "
+                  "streambp.offload.checkpoints is host"},
+        ErrorCase{"streambp: {offload: {tier: host}}\n",
+                  "job.yaml: streambp.offload: unknown key 'tier'"},
+        ErrorCase{"streambp: {offload: host}\n", "job.yaml: streambp.offload: must be a mapping"},
+        ErrorCase{"train: {optimizer_offload: maybe}\n", "train.optimizer_offload"},
         ErrorCase{"trian: {steps: 1}\n", "job.yaml: unknown key 'trian' (did you mean 'train'?)"},
         ErrorCase{"train: {stpes: 1}\n",
                   "job.yaml: train: unknown key 'stpes' (did you mean 'steps'?)"},
@@ -330,7 +340,8 @@ JobSpec CustomSpec() {
   s.objective = Objective::kGrpo;
   s.truncation = Truncation::kTruncate;
   s.log_every_steps = 3;
-  s.streambp = {BackwardMode::kFull, 16, 48};
+  s.streambp = {BackwardMode::kFull, 16, 48, {CheckpointTier::kDisk, "scratch/nvme 1"}};
+  s.train.optimizer_offload = true;
   s.train.lr = 0.1 + 0.2;  // not a short decimal
   s.train.micro_batch_sequences = 3;
   s.train.schedule = LrSchedule::kLinear;
@@ -370,6 +381,24 @@ TEST(JobSpecTest, EvalReadsAndRoundTrips) {
   EXPECT_EQ(*ParseJobSpec(JobSpecToYaml(s), "round.yaml"), s);
   EXPECT_EQ(*JobSpecFromJson(JobSpecToJson(s)), s);
   EXPECT_THAT(JobSpecToYaml(MustParse(kMinimal)), Not(HasSubstr("eval")));
+}
+
+TEST(JobSpecTest, OffloadReadsAndDefaultsToAuto) {
+  const JobSpec s =
+      MustParse(absl::StrCat(kMinimal, "streambp: {offload: {checkpoints: disk, disk_dir: nvme}}\n",
+                             "train: {optimizer_offload: true}\n"));
+  EXPECT_EQ(s.streambp.offload.checkpoints, CheckpointTier::kDisk);
+  EXPECT_EQ(s.streambp.offload.disk_dir, "nvme");
+  EXPECT_TRUE(s.train.optimizer_offload);
+  const JobSpec d = MustParse(kMinimal);
+  EXPECT_FALSE(d.streambp.offload.checkpoints.has_value());  // auto
+  EXPECT_FALSE(d.train.optimizer_offload);
+  EXPECT_THAT(JobSpecToYaml(d), HasSubstr("checkpoints: auto"));
+  // auto with a disk_dir: the directory for when auto picks the disk.
+  EXPECT_EQ(MustParse(absl::StrCat(kMinimal, "streambp: {offload: {disk_dir: nvme}}\n"))
+                .streambp.offload.disk_dir,
+            "nvme");
+  EXPECT_EQ(*JobSpecFromJson(JobSpecToJson(s)), s);
 }
 
 TEST(JobSpecTest, YamlKeepsDesignOrderAndAuto) {

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "tests/worker/train/objectives/objectives_test_util.h"
+#include "worker/engine/offload/checkpoint_store.h"
 
 namespace sbp::objectives_testing {
 namespace {
@@ -40,10 +42,12 @@ struct DpoSetup {
 
   std::pair<ParameterStore, DpoResult> Gradients(EngineOptions options,
                                                  const std::vector<DpoPair>& batch,
-                                                 double beta = kBeta, int64_t global = 0) {
+                                                 double beta = kBeta, int64_t global = 0,
+                                                 CheckpointStore* checkpoints = nullptr) {
     ParameterStore grads = NewStore(model, "gradients");
     ModelTensors g = BindModelTensors(grads);
     Engine engine(model.config, *model.backend, options);
+    engine.set_checkpoint_store(checkpoints);
     Engine ref_engine(model.config, *model.backend, options);
     auto result = DpoForwardBackward(engine, policy(), ref_engine, ref(), batch, beta, global, g);
     CHECK_OK(result.status());
@@ -88,6 +92,23 @@ TEST(Dpo, StreamEqualsFull) {
     auto [stream, stream_result] = setup.Gradients(kStream, setup.pairs);
     EXPECT_NEAR(stream_result.loss, full_result.loss, 1e-6) << preset;
     ExpectGradientsClose(stream, full, 1e-5, preset + " stream 3/2 vs full");
+  }
+}
+
+// Layer checkpoints in host memory or on disk change where they wait, not
+// one bit of the loss or the gradients.
+TEST(Dpo, CheckpointTiersAreBitIdentical) {
+  DpoSetup setup("tiny-llama");
+  auto [device, device_result] = setup.Gradients(kStream, setup.pairs);
+  auto host = NewHostCheckpointStore(*setup.model.backend);
+  const std::string dir = ::testing::TempDir() + "/dpo_disk_tier";
+  std::filesystem::create_directories(dir);
+  auto disk = NewDiskCheckpointStore(*setup.model.backend, dir);
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  for (CheckpointStore* store : {host.get(), disk->get()}) {
+    auto [grads, result] = setup.Gradients(kStream, setup.pairs, kBeta, 0, store);
+    EXPECT_EQ(result.loss, device_result.loss);
+    ExpectGradientsClose(grads, device, 0.0, std::string(CheckpointTierName(store->tier())));
   }
 }
 

@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "tests/worker/train/objectives/objectives_test_util.h"
+#include "worker/engine/offload/checkpoint_store.h"
 
 namespace sbp::objectives_testing {
 namespace {
@@ -90,10 +92,12 @@ struct GrpoSetup {
   std::pair<ParameterStore, GrpoResult> Gradients(EngineOptions engine_options,
                                                   const GrpoOptions& options,
                                                   const std::vector<GrpoGroup>& batch,
-                                                  const GrpoCounts* global = nullptr) {
+                                                  const GrpoCounts* global = nullptr,
+                                                  CheckpointStore* checkpoints = nullptr) {
     ParameterStore grads = NewStore(model, "gradients");
     ModelTensors g = BindModelTensors(grads);
     Engine engine(model.config, *model.backend, engine_options);
+    engine.set_checkpoint_store(checkpoints);
     Engine ref_engine(model.config, *model.backend, engine_options);
     const GrpoCounts counts = global != nullptr ? *global : CountGrpo(batch);
     ModelTensors r = ref();
@@ -214,6 +218,25 @@ TEST(Grpo, StreamEqualsFull) {
       EXPECT_EQ(stream_result.clipped_tokens, full_result.clipped_tokens) << label;
       ExpectGradientsClose(stream, full, 1e-5, label);
     }
+  }
+}
+
+// Layer checkpoints in host memory or on disk change where they wait, not
+// one bit of the loss or the gradients.
+TEST(Grpo, CheckpointTiersAreBitIdentical) {
+  GrpoSetup setup("tiny-qwen3");
+  const GrpoOptions options = Options(GrpoLoss::kGrpo);
+  auto [device, device_result] = setup.Gradients(kStream, options, setup.groups);
+  auto host = NewHostCheckpointStore(*setup.model.backend);
+  const std::string dir = ::testing::TempDir() + "/grpo_disk_tier";
+  std::filesystem::create_directories(dir);
+  auto disk = NewDiskCheckpointStore(*setup.model.backend, dir);
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  for (CheckpointStore* store : {host.get(), disk->get()}) {
+    auto [grads, result] = setup.Gradients(kStream, options, setup.groups, nullptr, store);
+    EXPECT_EQ(result.loss, device_result.loss);
+    EXPECT_EQ(result.clipped_tokens, device_result.clipped_tokens);
+    ExpectGradientsClose(grads, device, 0.0, std::string(CheckpointTierName(store->tier())));
   }
 }
 
