@@ -44,4 +44,11 @@ bool IsStorageErrno(int error) {
   return error == ENOSPC || error == EDQUOT || error == EIO || error == EROFS;
 }
 
+absl::Status FileOperationError(absl::string_view message, int error) {
+  if (IsStorageErrno(error)) {
+    return WithFailureKind(absl::UnavailableError(message), FailureKind::kStorage);
+  }
+  return absl::InternalError(message);
+}
+
 }  // namespace sbp

@@ -26,4 +26,10 @@ std::optional<FailureKind> GetFailureKind(const absl::Status& status);
 // True for the errno values of failing storage: ENOSPC, EDQUOT, EIO, EROFS.
 bool IsStorageErrno(int error);
 
+// The status of a file operation that failed with `error`: `message` (which
+// names the file and what failed) as UNAVAILABLE with FailureKind::kStorage
+// for failing storage (IsStorageErrno: retried once the disk has room), else
+// INTERNAL.
+absl::Status FileOperationError(absl::string_view message, int error);
+
 }  // namespace sbp

@@ -26,10 +26,7 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path, int err
   if (error == EACCES || error == EPERM) return absl::PermissionDeniedError(message);
   // Failing storage is not the job's fault: the attempt is retried once the
   // disk has room again (not an out-of-memory ResourceExhausted).
-  if (IsStorageErrno(error)) {
-    return WithFailureKind(absl::UnavailableError(message), FailureKind::kStorage);
-  }
-  return absl::InternalError(message);
+  return FileOperationError(message, error);
 }
 
 std::string ParentDirectory(const std::string& path) {

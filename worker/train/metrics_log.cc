@@ -18,10 +18,7 @@ namespace sbp {
 namespace {
 
 absl::Status WriteError(const std::string& path, int error) {
-  absl::Status status =
-      absl::UnavailableError(absl::StrCat(path, ": write failed: ", std::strerror(error)));
-  if (IsStorageErrno(error)) return WithFailureKind(status, FailureKind::kStorage);
-  return absl::InternalError(status.message());
+  return FileOperationError(absl::StrCat(path, ": write failed: ", std::strerror(error)), error);
 }
 
 }  // namespace

@@ -92,10 +92,6 @@ absl::StatusOr<ParameterStore> LoadStore(const std::string& dir, const ModelConf
   return store;
 }
 
-// The engine's chunk sizes: those the spec fixes, and for `auto` (0) in
-// stream mode on a worker with a memory budget, the largest the memory
-// planner fits in the budget (with the device's safety margin); without a
-// budget the engine's defaults.
 // The planner's request for this run: the spec's, with the checkpoint tier
 // the worker chose.
 PlanRequest RunPlanRequest(const JobSpec& spec, const ModelConfig& config, CheckpointTier tier) {
@@ -104,6 +100,10 @@ PlanRequest RunPlanRequest(const JobSpec& spec, const ModelConfig& config, Check
   return request;
 }
 
+// The engine's chunk sizes: those the spec fixes, and for `auto` (0) in
+// stream mode on a worker with a memory budget, the largest the memory
+// planner fits in the budget (with the device's safety margin); without a
+// budget the engine's defaults.
 absl::StatusOr<EngineOptions> ChooseEngineOptions(const JobSpec& spec, const ModelConfig& config,
                                                   int64_t budget_bytes, CheckpointTier tier) {
   EngineOptions options{spec.streambp.mode, spec.streambp.chunk_tokens,

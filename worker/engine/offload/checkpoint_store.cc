@@ -16,12 +16,6 @@
 namespace sbp {
 namespace {
 
-// A flat host buffer of at least `bytes` bytes of `dtype` elements.
-absl::StatusOr<Tensor> HostBuffer(Allocator& host, int64_t elements, DType dtype,
-                                  const std::string& what) {
-  return Tensor::Empty(host, {elements}, dtype, what);
-}
-
 class HostCheckpointStore final : public CheckpointStore {
  public:
   explicit HostCheckpointStore(Backend& backend)
@@ -40,8 +34,9 @@ class HostCheckpointStore final : public CheckpointStore {
     elements_ = like.numel();
     dtype_ = like.dtype();
     for (int i = 0; i < count; ++i) {
-      ASSIGN_OR_RETURN(Tensor buffer, HostBuffer(backend_.host_allocator(), elements_, dtype_,
-                                                 absl::StrCat("host copy of layer ", i, " input")));
+      ASSIGN_OR_RETURN(Tensor buffer,
+                       Tensor::Empty(backend_.host_allocator(), {elements_}, dtype_,
+                                     absl::StrCat("host copy of layer ", i, " input")));
       buffers_.push_back(std::move(buffer));
     }
     return absl::OkStatus();
@@ -75,12 +70,9 @@ class HostCheckpointStore final : public CheckpointStore {
 };
 
 absl::Status StorageError(const std::string& dir, const std::string& what, int error) {
-  const std::string message =
-      absl::StrCat("streambp.offload.disk_dir ", dir, ": ", what, ": ", std::strerror(error));
-  if (IsStorageErrno(error)) {
-    return WithFailureKind(absl::UnavailableError(message), FailureKind::kStorage);
-  }
-  return absl::InternalError(message);
+  return FileOperationError(
+      absl::StrCat("streambp.offload.disk_dir ", dir, ": ", what, ": ", std::strerror(error)),
+      error);
 }
 
 // An unnamed file in `dir`: O_TMPFILE, or a named one unlinked at once where
@@ -137,8 +129,8 @@ class DiskCheckpointStore final : public CheckpointStore {
       for (Tensor& s : staging_) s = Tensor();
       staging_dtype_ = like.dtype();
       for (int k = 0; k < 2; ++k) {
-        ASSIGN_OR_RETURN(staging_[k], HostBuffer(backend_.host_allocator(), like.numel(),
-                                                 like.dtype(), "disk tier staging"));
+        ASSIGN_OR_RETURN(staging_[k], Tensor::Empty(backend_.host_allocator(), {like.numel()},
+                                                    like.dtype(), "disk tier staging"));
       }
     }
     return absl::OkStatus();
