@@ -2,10 +2,14 @@
 // processes (fork) connected by Gloo over loopback train the same SFT job
 // (global batch of `--sequences` sequences of `--seq-len` tokens, StreamBP)
 // and each rank prints one JSON line: its allocator peak, the median step
-// time, and the share of the step it waited on collectives.
+// time, and the share of the step it waited on collectives. With
+// --sequence-parallel the N ranks form one sequence group (P = N: each
+// holds 1/N of every sequence) and the lines add the all-to-all time and
+// bytes per step.
 //
 //   sbp-bench-zero2 [--preset bench-qwen3] [--seq-len 1024] [--sequences 4]
 //                   [--steps 3] [--world-sizes 1,2,4] [--threads 1]
+//                   [--sequence-parallel]
 #include <omp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,6 +43,7 @@ struct Args {
   int steps = 3;
   std::vector<int> world_sizes = {1, 2, 4};
   int threads = 1;
+  bool sequence_parallel = false;
 };
 
 // Step figures of one rank; the first step (warm-up) is left out.
@@ -48,9 +53,11 @@ class StepCollector final : public TrainingObserver {
     if (r.step == 1) return;
     seconds.push_back(r.step_seconds);
     waits.push_back(r.extra.value("comm_wait_seconds", 0.0));
+    exchange_seconds.push_back(r.extra.value("all_to_all_seconds", 0.0));
+    exchange_bytes.push_back(r.extra.value("all_to_all_bytes", 0.0));
     peak = r.peak_bytes;
   }
-  std::vector<double> seconds, waits;
+  std::vector<double> seconds, waits, exchange_seconds, exchange_bytes;
   int64_t peak = 0;
 };
 
@@ -76,6 +83,8 @@ int RunRank(const Args& a, const std::string& root, int world_size, int rank) {
   spec.checkpoint.dir = absl::StrCat(root, "/runs/world-", world_size);
   spec.checkpoint.every_steps = 0;
   spec.resources.world_size = world_size;
+  const int group = a.sequence_parallel ? world_size : 1;
+  spec.resources.sequence_parallel = group;
   TrainOptions options;
   options.resume = false;
   const std::string rendezvous = absl::StrCat(root, "/rendezvous-", world_size);
@@ -86,6 +95,13 @@ int RunRank(const Args& a, const std::string& root, int world_size, int rank) {
     collective.timeout = std::chrono::seconds(600);
     return ConnectThroughDirectory(rendezvous, backend, collective);
   };
+  options.connect_sequence_group = [&](Backend& backend, int group_size) {
+    CollectiveOptions collective;
+    collective.rank = rank;
+    collective.world_size = world_size;
+    collective.timeout = std::chrono::seconds(600);
+    return ConnectSequenceGroupThroughDirectory(rendezvous, backend, collective, group_size);
+  };
   StepCollector steps;
   auto summary = RunTraining(spec, options, &steps);
   if (!summary.ok()) {
@@ -93,7 +109,9 @@ int RunRank(const Args& a, const std::string& root, int world_size, int rank) {
     return 1;
   }
   const double step = Median(steps.seconds), wait = Median(steps.waits);
+  const double exchange = Median(steps.exchange_seconds);
   const nlohmann::json line = {{"world_size", world_size},
+                               {"sequence_parallel", group},
                                {"rank", rank},
                                {"preset", a.preset},
                                {"seq_len", a.seq_len},
@@ -102,6 +120,9 @@ int RunRank(const Args& a, const std::string& root, int world_size, int rank) {
                                {"step_seconds", step},
                                {"comm_wait_seconds", wait},
                                {"comm_wait_share", step > 0 ? wait / step : 0.0},
+                               {"all_to_all_seconds", exchange},
+                               {"all_to_all_share", step > 0 ? exchange / step : 0.0},
+                               {"all_to_all_bytes", Median(steps.exchange_bytes)},
                                {"tokens_per_second", a.sequences * a.seq_len / step}};
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
@@ -109,7 +130,8 @@ int RunRank(const Args& a, const std::string& root, int world_size, int rank) {
 }
 
 int Main(int argc, char** argv) {
-  CLI::App app{"sbp-bench-zero2: ZeRO-2 memory and step time for 1, 2, 4 ranks"};
+  CLI::App app{
+      "sbp-bench-zero2: ZeRO-2 (and sequence-parallel) memory and step time for 1, 2, 4 ranks"};
   Args a;
   app.add_option("--preset", a.preset)->capture_default_str();
   app.add_option("--seq-len", a.seq_len)->capture_default_str();
@@ -118,6 +140,8 @@ int Main(int argc, char** argv) {
   app.add_option("--steps", a.steps)->capture_default_str();
   app.add_option("--world-sizes", a.world_sizes)->delimiter(',')->capture_default_str();
   app.add_option("--threads", a.threads, "compute threads per rank")->capture_default_str();
+  app.add_flag("--sequence-parallel", a.sequence_parallel,
+               "each world is one sequence group (P = world size)");
   CLI11_PARSE(app, argc, argv);
 
   char pattern[] = "/tmp/sbp-bench-zero2-XXXXXX";

@@ -32,8 +32,9 @@ struct PlanOptions {
   int64_t seq_len = 0;
   bool max_seq_len = false;
   std::string memory;
-  int64_t world_size = 1;
-  std::string mode;  // "": stream for one length, all three for --max-seq-len
+  int64_t world_size = 0;         // 0: --sequence-parallel (one group)
+  int64_t sequence_parallel = 1;  // ranks sharing each sequence (Ulysses)
+  std::string mode;               // "": stream for one length, all three for --max-seq-len
   std::string chunk_tokens = "auto", logits_chunk_tokens = "auto";
   std::string precision = "fp32";
   std::string grad_precision;  // "": --precision
@@ -123,7 +124,14 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
   const std::string device = !o.device.empty() ? o.device : o.precision == "bf16" ? "cuda" : "cpu";
   ASSIGN_OR_RETURN(const Device parsed_device, ParseDeviceName(device));
   r.device = parsed_device.kind;
-  r.world_size = o.world_size;
+  r.sequence_parallel = o.sequence_parallel;
+  r.world_size = o.world_size > 0 ? o.world_size : o.sequence_parallel;
+  if (r.world_size % r.sequence_parallel != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sequence-parallel: must divide --world-size (", r.world_size, ") (got ",
+                     r.sequence_parallel, ")"));
+  }
+  RETURN_IF_ERROR(CheckSequenceParallel(r.config, r.sequence_parallel, "--sequence-parallel"));
   ASSIGN_OR_RETURN(r.objective, ParsePlanObjective(o.objective));
   r.optimizer_state = !o.bp_only;
   r.packed_documents = o.packed_docs;
@@ -185,6 +193,8 @@ Json PlanJson(const PlanRequest& r, const MemoryPlan& plan) {
                r.gradient_precision.value_or(r.precision) == DType::kBF16 ? "bf16" : "fp32"},
               {"device", r.device == DeviceKind::kCuda ? "cuda" : "cpu"},
               {"world_size", r.world_size},
+              {"sequence_parallel", r.sequence_parallel},
+              {"local_tokens", plan.local_tokens},
               {"objective", PlanObjectiveName(r.objective)},
               {"optimizer_state", r.optimizer_state},
               {"lora_r", r.lora.r},
@@ -197,7 +207,8 @@ Json PlanJson(const PlanRequest& r, const MemoryPlan& plan) {
               {"host_breakdown", host_breakdown},
               {"disk_bytes", plan.disk_bytes},
               {"copy_bytes_per_pass", plan.copy_bytes_per_pass},
-              {"copy_bytes_per_step", plan.copy_bytes_per_step}};
+              {"copy_bytes_per_step", plan.copy_bytes_per_step},
+              {"all_to_all_bytes_per_pass", plan.all_to_all_bytes_per_pass}};
 }
 
 // Estimated seconds of a plan's copies: the checkpoints of one sequence pass
@@ -244,6 +255,16 @@ void PrintPlanText(const Parsed& p, const MemoryPlan& plan) {
   std::printf(", %s on %s, %lld worker%s%s\n", r.precision == DType::kBF16 ? "bf16" : "fp32",
               r.device == DeviceKind::kCuda ? "cuda" : "cpu", static_cast<long long>(r.world_size),
               r.world_size == 1 ? "" : "s (ZeRO-2)", r.optimizer_state ? "" : ", backprop only");
+  if (r.sequence_parallel > 1) {
+    std::printf(
+        "sequence parallel %lld: %lld tokens per rank, %lld query / %lld KV heads per rank in "
+        "attention; all-to-all %s sent per rank per sequence pass (forward + backward)\n",
+        static_cast<long long>(r.sequence_parallel), static_cast<long long>(plan.local_tokens),
+        static_cast<long long>(r.config.num_attention_heads / r.sequence_parallel),
+        static_cast<long long>(
+            std::max<int64_t>(1, r.config.num_key_value_heads / r.sequence_parallel)),
+        FormatByteSize(plan.all_to_all_bytes_per_pass).c_str());
+  }
   if (r.lora.enabled()) {
     std::printf("LoRA r %lld on %s (frozen base)\n", static_cast<long long>(r.lora.r),
                 absl::StrJoin(r.lora.target_modules, ", ").c_str());
@@ -260,19 +281,20 @@ void PrintTiersText(const Parsed& p, const MemoryPlan& plan) {
   const PlanRequest& r = p.request;
   const int64_t stored = std::max<int64_t>(r.config.num_hidden_layers - 1, 0);
   const char* act = r.precision == DType::kBF16 ? "bf16" : "f32";
+  const char* rows = r.sequence_parallel > 1 ? "[T/P, H]" : "[T, H]";
   const std::string how = p.tier.has_value() ? "" : " (auto: the fastest tier that fits)";
   switch (plan.checkpoint_tier) {
     case CheckpointTier::kDevice:
-      std::printf("checkpoints: device tier%s: %lld x [T, H] %s on the device\n", how.c_str(),
-                  static_cast<long long>(r.config.num_hidden_layers + 1), act);
+      std::printf("checkpoints: device tier%s: %lld x %s %s on the device\n", how.c_str(),
+                  static_cast<long long>(r.config.num_hidden_layers + 1), rows, act);
       break;
     case CheckpointTier::kHost:
-      std::printf("checkpoints: host tier%s: 2 device slots, %lld x [T, H] %s in host memory\n",
-                  how.c_str(), static_cast<long long>(stored), act);
+      std::printf("checkpoints: host tier%s: 2 device slots, %lld x %s %s in host memory\n",
+                  how.c_str(), static_cast<long long>(stored), rows, act);
       break;
     case CheckpointTier::kDisk:
-      std::printf("checkpoints: disk tier%s: 2 device slots, %lld x [T, H] %s in a file\n",
-                  how.c_str(), static_cast<long long>(stored), act);
+      std::printf("checkpoints: disk tier%s: 2 device slots, %lld x %s %s in a file\n", how.c_str(),
+                  static_cast<long long>(stored), rows, act);
       break;
   }
   std::printf("optimizer offload: %s\n",
@@ -404,6 +426,48 @@ std::vector<CheckpointTier> ReportedTiers(const Parsed& p) {
   return tiers;
 }
 
+// What bounds a longest sequence `longest` of `r` (the plan `at` at that
+// length): the resource the next longer sequence is short of (device
+// memory, host memory or the disk, each with its safety margin, planned with
+// the smallest auto chunks) and that resource's terms that grow with the
+// sequence, largest first at `longest` (at most three).
+std::string BoundBy(const Parsed& p, PlanRequest r, int64_t longest, const MemoryPlan& at) {
+  r.seq_len = longest + 1;
+  absl::StatusOr<MemoryPlan> next = PlanMinimum(r);
+  r.seq_len = std::max<int64_t>(longest / 2, 1);
+  r.chunk_tokens = at.chunk_tokens;
+  r.logits_chunk_tokens = at.logits_chunk_tokens;
+  absl::StatusOr<MemoryPlan> half = PlanMemory(r);
+  if (!next.ok() || !half.ok()) return "";
+  const bool device = p.memory.has_value() && next->peak_bytes > UsableBytes(*p.memory, p.margin);
+  const bool host = p.host_memory > 0 && next->host_bytes > UsableBytes(p.host_memory, p.margin);
+  const bool disk = p.disk > 0 && next->disk_bytes > UsableBytes(p.disk, p.margin);
+  std::string resource = device ? "device memory" : host ? "host memory" : disk ? "disk" : "";
+  if (resource.empty()) return "";
+  if (disk && !device && !host) {
+    return absl::StrCat("bounded by the disk: a file of ", FormatByteSize(at.disk_bytes));
+  }
+  const std::vector<MemoryTerm>& terms = device ? at.breakdown : at.host_breakdown;
+  const std::vector<MemoryTerm>& smaller = device ? half->breakdown : half->host_breakdown;
+  std::vector<MemoryTerm> growing;
+  for (const MemoryTerm& t : terms) {
+    if (t.name == "allocator_rounding") continue;
+    int64_t before = 0;
+    for (const MemoryTerm& u : smaller) {
+      if (u.name == t.name) before = u.bytes;
+    }
+    if (t.bytes > before) growing.push_back(t);
+  }
+  std::stable_sort(growing.begin(), growing.end(),
+                   [](const MemoryTerm& a, const MemoryTerm& b) { return a.bytes > b.bytes; });
+  std::vector<std::string> names;
+  for (size_t i = 0; i < growing.size() && i < 3; ++i) {
+    names.push_back(absl::StrCat(growing[i].name, " ", FormatByteSize(growing[i].bytes)));
+  }
+  return absl::StrCat("bounded by ", resource,
+                      names.empty() ? "" : absl::StrCat(": ", absl::StrJoin(names, ", ")));
+}
+
 int RunMaxSeqLen(const Parsed& p, const std::string& mode_flag, bool json) {
   if (!p.memory.has_value()) {
     return ReportError("plan", absl::InvalidArgumentError("--max-seq-len needs --memory"));
@@ -449,6 +513,9 @@ int RunMaxSeqLen(const Parsed& p, const std::string& mode_flag, bool json) {
             absl::StrAppend(&line, absl::StrFormat("  chunk_tokens %d, logits_chunk_tokens %d",
                                                    plan->chunk_tokens, plan->logits_chunk_tokens));
           }
+          if (const std::string bound = BoundBy(p, r, *longest, *plan); !bound.empty()) {
+            absl::StrAppend(&line, mode == BackwardMode::kStream ? "; " : "  ", bound);
+          }
         }
       } else {
         absl::StrAppend(&line, p.tiers() ? "  (nothing fits: the model state alone is too large)"
@@ -463,14 +530,19 @@ int RunMaxSeqLen(const Parsed& p, const std::string& mode_flag, bool json) {
     return kExitOk;
   }
   const PlanRequest& r = p.request;
+  const std::string lora = r.lora.enabled() ? absl::StrCat(", LoRA r ", r.lora.r) : "";
+  const std::string split =
+      r.sequence_parallel > 1
+          ? absl::StrCat(", each sequence split over ", r.sequence_parallel,
+                         " ranks (sequence parallel; seq_len is the whole sequence)")
+          : "";
   std::printf(
       "%s: longest sequence per worker of %s (%.0f%% safety margin), %s on %s, "
-      "%lld worker%s%s%s\n",
+      "%lld worker%s%s%s%s\n",
       p.model_name.c_str(), FormatByteSize(*p.memory).c_str(), p.margin * 100,
       r.precision == DType::kBF16 ? "bf16" : "fp32", r.device == DeviceKind::kCuda ? "cuda" : "cpu",
       static_cast<long long>(r.world_size), r.world_size == 1 ? "" : "s (ZeRO-2)",
-      r.optimizer_state ? "" : ", backprop only",
-      r.lora.enabled() ? absl::StrCat(", LoRA r ", r.lora.r).c_str() : "");
+      r.optimizer_state ? "" : ", backprop only", lora.c_str(), split.c_str());
   if (p.tiers()) {
     std::printf("host memory %s, disk %s, optimizer offload %s\n",
                 p.host_memory > 0 ? FormatByteSize(p.host_memory).c_str() : "unlimited",
@@ -504,7 +576,13 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   seq_len->excludes(max_seq_len);
   plan->add_option("--memory", o->memory,
                    "memory per worker, e.g. 80GiB: auto chunk sizes fill it (less the margin)");
-  plan->add_option("--world-size", o->world_size, "workers (ZeRO-2 when more than 1)")
+  plan->add_option("--world-size", o->world_size,
+                   "workers (ZeRO-2 when more than 1; default: --sequence-parallel)")
+      ->check(CLI::Range(1, 1 << 20));
+  plan->add_option("--sequence-parallel", o->sequence_parallel,
+                   "ranks sharing each sequence (Ulysses sequence parallelism; divides "
+                   "--world-size and the query heads): plans one rank, which holds 1/P of the "
+                   "tokens; --seq-len and --max-seq-len are the whole sequence")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   plan->add_option("--mode", o->mode,

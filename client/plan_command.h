@@ -17,6 +17,17 @@
 //
 //   sbp plan --preset qwen3-8b --max-seq-len --memory 80GiB --precision bf16 --host-memory 1.8TiB
 //
+// Sequence parallelism: --sequence-parallel P plans one rank of a group of P
+// that shares each sequence (1/P of its tokens per rank; --world-size
+// defaults to P and must be a multiple of it); --seq-len and --max-seq-len
+// count the whole sequence, and one length also prints the all-to-all bytes
+// a rank sends per sequence pass. --max-seq-len says per line what bounds the
+// figure: the resource the next longer sequence is short of and its largest
+// terms that grow with the sequence.
+//
+//   sbp plan --preset llama3.1-8b --sequence-parallel 8 --max-seq-len --memory 80GiB
+//       --precision bf16 --host-memory 256GiB --disk 3TiB   (one line)
+//
 // JSON: {"peak_bytes": N, "breakdown": {term: bytes, ...}, "host_bytes": N,
 // "host_breakdown": {...}, "disk_bytes": N, ...} for one configuration;
 // {"full": T, "checkpoint": T, "stream": T} for --max-seq-len, or, unless

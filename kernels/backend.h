@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/allocator.h"
@@ -48,6 +49,16 @@ class Backend {
   // backend's device. Returns once src may be reused and, when dst is on the
   // host, once dst holds the data.
   virtual void Copy(const Tensor& src, Tensor& dst);
+  // Column blocks between `rows` [n, C] and `blocks` [P, S] (both
+  // contiguous, one dtype, this backend's memory), the staging of sequence
+  // parallelism's all-to-all: block j's region is the n x w matrix starting
+  // at element j * S + offset_in_block of `blocks`, and holds columns
+  // [column_offsets[j], column_offsets[j] + w) of every row of `rows`.
+  // to_blocks: regions = columns; else columns = regions (a later block
+  // overwrites an earlier one where the column ranges meet).
+  virtual void CopyColumnBlocks(const Tensor& rows, const Tensor& blocks,
+                                const std::vector<int64_t>& column_offsets, int64_t width,
+                                int64_t offset_in_block, bool to_blocks);
   // Waits for every op issued so far; CHECK-fails on an asynchronous device
   // error.
   virtual void Synchronize() {}
@@ -186,5 +197,10 @@ class Backend {
  private:
   CpuAllocator host_allocator_;
 };
+
+// CHECKs the shapes of Backend::CopyColumnBlocks (every implementation).
+void CheckColumnBlocks(const Tensor& rows, const Tensor& blocks,
+                       const std::vector<int64_t>& column_offsets, int64_t width,
+                       int64_t offset_in_block);
 
 }  // namespace sbp

@@ -116,6 +116,10 @@ std::string Percent(double fraction) { return absl::StrCat(std::round(fraction *
 std::string Describe(const PlanRequest& r, const MemoryPlan& plan) {
   std::string text = absl::StrCat(BackwardModeName(r.mode), " mode at seq_len ", r.seq_len);
   if (r.world_size > 1) absl::StrAppend(&text, " on ", r.world_size, " workers (ZeRO-2)");
+  if (r.sequence_parallel > 1) {
+    absl::StrAppend(&text, ", each sequence split over ", r.sequence_parallel,
+                    " ranks (sequence parallelism: ", plan.local_tokens, " tokens per rank)");
+  }
   if (r.mode == BackwardMode::kStream) {
     absl::StrAppend(&text, " with chunk_tokens ", plan.chunk_tokens, " and logits_chunk_tokens ",
                     plan.logits_chunk_tokens);
@@ -281,11 +285,15 @@ std::vector<std::string> Suggestions(const PlanRequest& r, double margin, int64_
     if (base == &stream && r.mode == BackwardMode::kStream) break;
     // The fewest workers that fit: ZeRO-2's per-worker share falls as the
     // world grows, so probe doubling steps, then bisect the last one.
+    // With sequence parallelism the world grows by whole groups of P ranks
+    // (counted in groups here).
     PlanRequest more = *base;
-    int64_t fail = r.world_size, found = 0;
-    for (int64_t step = 1; !found && fail < kMaxWorldSize; step *= 2) {
-      const int64_t n = std::min<int64_t>(r.world_size + step, kMaxWorldSize);
-      more.world_size = n;
+    const int64_t group = std::max<int64_t>(r.sequence_parallel, 1);
+    const int64_t max_groups = kMaxWorldSize / group;
+    int64_t fail = r.world_size / group, found = 0;
+    for (int64_t step = 1; !found && fail < max_groups; step *= 2) {
+      const int64_t n = std::min<int64_t>(r.world_size / group + step, max_groups);
+      more.world_size = n * group;
       if (fits(more).ok()) {
         found = n;
       } else {
@@ -294,9 +302,11 @@ std::vector<std::string> Suggestions(const PlanRequest& r, double margin, int64_
       if (budget.exhausted()) break;
     }
     while (found > 0 && found - fail > 1 && !budget.exhausted()) {
-      more.world_size = fail + (found - fail) / 2;
-      (fits(more).ok() ? found : fail) = more.world_size;
+      const int64_t n = fail + (found - fail) / 2;
+      more.world_size = n * group;
+      (fits(more).ok() ? found : fail) = n;
     }
+    found *= group;
     if (found > 0) {
       out.push_back(absl::StrCat("more workers: resources.world_size: ", found,
                                  base == &stream ? " with streambp.mode: stream" : "",
@@ -312,7 +322,7 @@ std::vector<std::string> Suggestions(const PlanRequest& r, double margin, int64_
     // Neither alone: the fewest workers (powers of two) whose shards leave
     // room for some sequence in stream mode, and how long it may be.
     for (int64_t n = 2; n <= kMaxWorldSize && !budget.exhausted(); n *= 2) {
-      if (n <= r.world_size) continue;
+      if (n <= r.world_size || n % std::max<int64_t>(r.sequence_parallel, 1) != 0) continue;
       PlanRequest sharded = stream;
       sharded.world_size = n;
       absl::StatusOr<int64_t> sharded_len = longest(sharded);
@@ -337,6 +347,15 @@ AdmissionPlan PlanAdmission(const JobSpec& spec, const PathPolicy& paths) {
   if (!source.config.has_value()) {
     out.note = absl::StrCat("memory not planned: ", source.problem,
                             "; admitted without a planned memory requirement");
+    return out;
+  }
+  // Sequence parallelism splits the attention heads over the group: a model
+  // whose heads do not split is bad input, refused at submit.
+  if (absl::Status heads = CheckSequenceParallel(*source.config, spec.resources.sequence_parallel);
+      !heads.ok()) {
+    out.bad_input =
+        absl::InvalidArgumentError(absl::StrCat(heads.message(), " (model ", source.where, ")"));
+    out.note = absl::StrCat("memory not planned: ", heads.message());
     return out;
   }
   out.request = PlanRequestForSpec(spec, *source.config);

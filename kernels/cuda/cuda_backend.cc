@@ -162,4 +162,33 @@ void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
   if (src.device().is_cpu() || dst.device().is_cpu()) SyncAndCheck("Copy");
 }
 
+// One strided 2-D copy per block: the row pitch of `rows` is C elements,
+// a block region's is w.
+void CudaBackend::CopyColumnBlocks(const Tensor& rows, const Tensor& blocks,
+                                   const std::vector<int64_t>& column_offsets, int64_t width,
+                                   int64_t offset_in_block, bool to_blocks) {
+  if (!Begin()) return;
+  CHECK(rows.device() == device() && blocks.device() == device())
+      << "CopyColumnBlocks: " << rows.DebugString() << ", " << blocks.DebugString();
+  CheckColumnBlocks(rows, blocks, column_offsets, width, offset_in_block);
+  const int64_t n = rows.dim(0), columns = rows.dim(1), block = blocks.dim(1);
+  if (n == 0 || width == 0) return;
+  const size_t element = DTypeSize(rows.dtype());
+  auto* matrix = static_cast<char*>(rows.raw_data());
+  auto* stack = static_cast<char*>(blocks.raw_data());
+  for (size_t j = 0; j < column_offsets.size(); ++j) {
+    char* region = stack + (static_cast<int64_t>(j) * block + offset_in_block) * element;
+    char* first_column = matrix + column_offsets[j] * element;
+    const size_t line = static_cast<size_t>(width) * element;
+    const size_t row_pitch = static_cast<size_t>(columns) * element;
+    if (to_blocks) {
+      SBP_CUDA_CHECK(cudaMemcpy2DAsync(region, line, first_column, row_pitch, line,
+                                       static_cast<size_t>(n), cudaMemcpyDeviceToDevice, stream()));
+    } else {
+      SBP_CUDA_CHECK(cudaMemcpy2DAsync(first_column, row_pitch, region, line, line,
+                                       static_cast<size_t>(n), cudaMemcpyDeviceToDevice, stream()));
+    }
+  }
+}
+
 }  // namespace sbp

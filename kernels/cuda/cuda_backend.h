@@ -55,6 +55,9 @@ class CudaBackend final : public Backend {
   Allocator& allocator() override { return allocator_; }
   DType activation_dtype() const override { return options_.activation_dtype; }
   void Copy(const Tensor& src, Tensor& dst) override;
+  void CopyColumnBlocks(const Tensor& rows, const Tensor& blocks,
+                        const std::vector<int64_t>& column_offsets, int64_t width,
+                        int64_t offset_in_block, bool to_blocks) override;
   void Synchronize() override;
   Allocator& host_allocator() override { return pinned_; }
   std::unique_ptr<TransferQueue> NewTransferQueue() override;

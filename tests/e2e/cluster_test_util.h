@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -211,6 +212,19 @@ class Cluster {
     if (r.exit_code != 0) return nullptr;
     return nlohmann::json::parse(r.out, nullptr, false);
   }
+  // The names of the workers running job `id`'s ranks, in rank order.
+  std::vector<std::string> RankWorkerNames(const std::string& id) const {
+    const nlohmann::json job = GetJob(id);
+    const auto workers = nlohmann::json::parse(Sbp("workers -o json").out, nullptr, false);
+    std::vector<std::string> names;
+    if (!job.is_object() || !job.contains("worker_ids") || !workers.is_object()) return names;
+    for (const auto& worker_id : job["worker_ids"]) {
+      for (const auto& w : workers["workers"]) {
+        if (w["id"] == worker_id) names.push_back(w["name"]);
+      }
+    }
+    return names;
+  }
   static int64_t Int(const nlohmann::json& j) {  // proto3 JSON writes int64 as strings
     return j.is_string() ? std::stoll(j.get<std::string>()) : j.get<int64_t>();
   }
@@ -249,5 +263,23 @@ class Cluster {
   std::unique_ptr<Process> coordinator_;
   std::map<std::string, std::unique_ptr<Process>> workers_;
 };
+
+// After a rank of job `id` was killed: the job still succeeds, on a later
+// attempt, at step `steps`, resuming from a checkpoint (a multiple of
+// `every` above 0), not from scratch.
+inline void ExpectRetryResumesAndCompletes(Cluster& c, const std::string& id, int64_t steps,
+                                           int64_t every) {
+  const CommandResult watch = c.Sbp("watch " + id);
+  EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
+  const nlohmann::json final_job = c.GetJob(id);
+  EXPECT_EQ(final_job["state"], "JOB_STATE_SUCCEEDED") << final_job.dump(1) << c.Logs();
+  EXPECT_GE(final_job["attempt"], 2);
+  EXPECT_EQ(Cluster::Int(final_job["progress"]["step"]), steps);
+  const std::string events = c.Sbp("events " + id).out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(events, m, std::regex("resuming after step (\\d+)"))) << events;
+  EXPECT_EQ(std::stoll(m[1]) % every, 0);
+  EXPECT_GT(std::stoll(m[1]), 0) << "the retry starts from a checkpoint, not from scratch";
+}
 
 }  // namespace sbp::testing

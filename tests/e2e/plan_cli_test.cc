@@ -150,6 +150,58 @@ TEST(PlanCli, OneLengthWithTiersHasHostDiskAndCopies) {
   EXPECT_GT(j["breakdown"].value("layer_inputs", int64_t{0}), 0);
 }
 
+TEST(PlanCli, SequenceParallelPlansOneRankOfTheGroup) {
+  // One length: a rank of 8 holds 1/8 of the tokens; --world-size defaults to P.
+  CommandResult r =
+      Plan("--preset qwen3-8b --seq-len 1048576 --precision bf16 --sequence-parallel 8 -o json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = ParseJson(r);
+  EXPECT_EQ(j["sequence_parallel"], 8);
+  EXPECT_EQ(j["world_size"], 8);
+  EXPECT_EQ(j["seq_len"], 1048576);
+  EXPECT_EQ(j["local_tokens"], 131072);
+  EXPECT_GT(j["all_to_all_bytes_per_pass"].get<int64_t>(), 0);
+  // One KV head of 128 per rank (qwen3-8b has 8), bf16, over the whole sequence.
+  EXPECT_EQ(j["breakdown"]["sequence_parallel_kv"], int64_t{2} * 1048576 * 128 * 2);
+  r = Plan(
+      "--preset qwen3-8b --seq-len 1048576 --precision bf16 --sequence-parallel 8 "
+      "--world-size 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* part : {"16 workers (ZeRO-2)", "sequence parallel 8: 131072 tokens per rank",
+                           "4 query / 1 KV heads", "all-to-all "}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+
+  // The longest sequence is the whole one, and the line says what bounds it.
+  r = Plan(
+      "--preset llama3.1-8b --max-seq-len --memory 80GiB --precision bf16 --mode stream "
+      "--sequence-parallel 8 --host-memory 256GiB --disk 3.84TB");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* part :
+       {"8 workers (ZeRO-2), each sequence split over 8 ranks",
+        "bounded by host memory: host_layer_inputs", "bounded by device memory: "}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+  const nlohmann::json longest = ParseJson(
+      Plan("--preset llama3.1-8b --max-seq-len --memory 80GiB --precision bf16 --mode stream "
+           "--sequence-parallel 8 --host-memory 256GiB --disk 3.84TB -o json"));
+  EXPECT_GE(longest["stream"]["disk"].get<int64_t>(), 8'000'000) << longest;
+  EXPECT_EQ(longest["stream"]["disk"].get<int64_t>() % 8, 0) << longest;
+
+  // P must divide the world and the heads.
+  r = Plan("--preset qwen3-8b --seq-len 4096 --sequence-parallel 4 --world-size 6");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--sequence-parallel: must divide --world-size (6) (got 4)"),
+            std::string::npos)
+      << r.err;
+  r = Plan("--preset qwen3-14b --seq-len 4096 --sequence-parallel 20");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--sequence-parallel: 20 ranks cannot share the model's attention heads"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("40 query heads"), std::string::npos) << r.err;
+}
+
 TEST(PlanCli, BadInputIsExitCodeTwoWithTheFlag) {
   CommandResult r = Plan("--preset qwen3-8b --max-seq-len");
   EXPECT_EQ(r.exit_code, 2);

@@ -82,8 +82,9 @@ TEST(ReliabilityTest, APausedWorkerFencesItselfAndTheRetryCompletes) {
   // Checkpoints after the takeover are all attempt 2's; none is a stale one.
   const std::string events = c.Sbp("events " + id).out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(events, m, std::regex("attempt 2 started .*resuming after step "
-                                                      "(\\d+)")))
+  ASSERT_TRUE(std::regex_search(events, m,
+                                std::regex("attempt 2 started .*resuming after step "
+                                           "(\\d+)")))
       << events;
   const int64_t resumed = std::stoll(m[1]);
   for (int step = kEvery; step <= kSteps; step += kEvery) {
@@ -132,19 +133,21 @@ TEST(ReliabilityTest, OneRunDirectoryPerJobAndExplicitResume) {
 
   // resume_from the first run to step 6 == one run of 6 steps.
   const std::string straight = c.Submit(c.WriteSpec("straight", Spec("straight", 6, "")));
-  const std::string resumed = c.Submit(c.WriteSpec(
-      "resumed", Spec("resumed", 6, absl::StrCat("resume_from: runs/", first, "\n"))));
+  const std::string resumed = c.Submit(
+      c.WriteSpec("resumed", Spec("resumed", 6, absl::StrCat("resume_from: runs/", first, "\n"))));
   for (const std::string& id : {straight, resumed}) {
     EXPECT_EQ(c.Sbp("watch " + id).exit_code, 0) << c.Logs();
   }
   auto weights = [&](const std::string& id) {
-    return ReadAll((c.dir() / "runs" / id / "checkpoints/step-00000006/model.safetensors").string());
+    return ReadAll(
+        (c.dir() / "runs" / id / "checkpoints/step-00000006/model.safetensors").string());
   };
   EXPECT_FALSE(weights(straight).empty());
   EXPECT_EQ(weights(straight), weights(resumed));
   EXPECT_NE(c.Sbp("events " + resumed).out.find("resume_from"), std::string::npos);
-  EXPECT_EQ(MetricLines((c.dir() / "runs" / resumed / "metrics.jsonl").string()).front().value(
-                "step", -1),
+  EXPECT_EQ(MetricLines((c.dir() / "runs" / resumed / "metrics.jsonl").string())
+                .front()
+                .value("step", -1),
             4);
 
   // Another job's directory, without resume_from: refused, nothing written.
@@ -192,9 +195,9 @@ TEST(ReliabilityTest, AFullDiskIsAStorageFailureRetriedOnceThereIsRoom) {
       WaitFor([&] { return c.Sbp("workers").out.find("w0") != std::string::npos; }, seconds(20)));
   const std::string id = c.Submit(c.WriteSpec(
       "full", Spec("full", 4, "checkpoint: {every_steps: 2, dir: small/run}\nmax_restarts: 3\n")));
-  ASSERT_TRUE(WaitFor([&] { return c.GetJob(id).value("failure_class", "") ==
-                                   "FAILURE_CLASS_STORAGE"; },
-                      seconds(60)))
+  ASSERT_TRUE(
+      WaitFor([&] { return c.GetJob(id).value("failure_class", "") == "FAILURE_CLASS_STORAGE"; },
+              seconds(60)))
       << c.GetJob(id).dump(1) << c.Logs();
   const std::string events = c.Sbp("events " + id).out;
   EXPECT_NE(events.find("No space left on device"), std::string::npos) << events;

@@ -5,8 +5,6 @@
 // and completes.
 #include <gtest/gtest.h>
 
-#include <regex>
-
 #include "tests/e2e/cluster_test_util.h"
 
 namespace sbp::testing {
@@ -44,16 +42,9 @@ TEST(Zero2ClusterTest, KilledRankFailsTheAttemptAndTheRetryCompletes) {
       c.Submit(c.WriteSpec("fault", c.Spec("fault", kSteps, 6, kEvery, kWorldSize2)));
   ASSERT_TRUE(WaitFor([&] { return c.Step(id) >= kEvery + 2; }, seconds(60))) << c.Logs();
 
-  const nlohmann::json job = c.GetJob(id);
-  ASSERT_EQ(job["worker_ids"].size(), 2u) << job.dump(1);
-  const auto workers = nlohmann::json::parse(c.Sbp("workers -o json").out, nullptr, false);
-  std::string victim, survivor;
-  for (const auto& w : workers["workers"]) {
-    if (w["id"] == job["worker_ids"][1]) victim = w["name"];
-    if (w["id"] == job["worker_ids"][0]) survivor = w["name"];
-  }
-  ASSERT_FALSE(victim.empty());
-  ASSERT_FALSE(survivor.empty());
+  const std::vector<std::string> ranks = c.RankWorkerNames(id);
+  ASSERT_EQ(ranks.size(), 2u) << c.GetJob(id).dump(1);
+  const std::string survivor = ranks[0], victim = ranks[1];
   const auto killed_at = std::chrono::steady_clock::now();
   c.worker(victim).Kill(SIGKILL);
 
@@ -68,17 +59,7 @@ TEST(Zero2ClusterTest, KilledRankFailsTheAttemptAndTheRetryCompletes) {
       << c.Logs();
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, seconds(15));
 
-  const CommandResult watch = c.Sbp("watch " + id);
-  EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
-  const nlohmann::json final_job = c.GetJob(id);
-  EXPECT_EQ(final_job["state"], "JOB_STATE_SUCCEEDED") << final_job.dump(1) << c.Logs();
-  EXPECT_GE(final_job["attempt"], 2);
-  EXPECT_EQ(Cluster::Int(final_job["progress"]["step"]), kSteps);
-  const std::string events = c.Sbp("events " + id).out;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(events, m, std::regex("resuming after step (\\d+)"))) << events;
-  EXPECT_EQ(std::stoll(m[1]) % kEvery, 0);
-  EXPECT_GT(std::stoll(m[1]), 0) << "the retry starts from a checkpoint, not from scratch";
+  ExpectRetryResumesAndCompletes(c, id, kSteps, kEvery);
 }
 
 }  // namespace

@@ -39,6 +39,8 @@ declare -gA GPU_TEST_NEEDS=(
   [engine_engine_packing_gpu_test]=45
   [engine_engine_offload_gpu_test]=60 # 64 MiB copies; 4k-token passes in three tiers, f32 and bf16
   [dist_nccl_gpu_test]=45
+  [dist_nccl_all_to_all_gpu_test]=20 # one rank per device, blocks up to 1 MiB
+  [engine_engine_sequence_parallel_gpu_test]=45 # P = 2 and 4 thread ranks on one device, 3 presets x 4 modes
   [train_trainer_gpu_test]=60 # 20 AdamW steps on the CPU and the GPU, one-rank NCCL
   [train_lora_gpu_test]=45
   # A cluster (coordinator, a GPU and a CPU worker), a bf16 job trained to a

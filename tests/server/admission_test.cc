@@ -155,8 +155,70 @@ TEST_F(AdmissionTest, RelativeModelPathsResolveUnderTheWorkDirectory) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
 }
 
+TEST_F(AdmissionTest, SequenceParallelismThatSplitsNoHeadsIsRefusedAtSubmit) {
+  Start();
+  worker_->MustRegister("big", 64 * kGiB);
+  const std::string model = ModelDir("sp_heads", "bench-qwen3");  // 8 query, 4 KV heads
+  v1::SubmitJobResponse response;
+  grpc::Status status = client_->Submit(
+      PlannedSpec("sp3", model, 4096, "{world_size: 3, sequence_parallel: 3, device: cpu}"),
+      &response);
+  ASSERT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              StartsWith("resources.sequence_parallel: 3 ranks cannot share the model's "
+                         "attention heads"));
+  EXPECT_THAT(status.error_message(), HasSubstr("its 8 query heads"));
+  EXPECT_THAT(status.error_message(), HasSubstr("its 4 KV heads"));
+  // P above the KV heads replicates them: admitted.
+  std::string id = MustSubmit(
+      PlannedSpec("sp8", model, 4096, "{world_size: 8, sequence_parallel: 8, device: cpu}"));
+  EXPECT_FALSE(id.empty());
+}
+
 // ---------------------------------------------------------------------------
 // The admission functions.
+
+// A job of N workers in groups of P that share each sequence needs, of each
+// worker, one rank's plan with P and N: 1/P of the tokens, ZeRO-2 over all N.
+TEST(Admission, SequenceParallelJobIsPlannedPerRank) {
+  const std::string resources = "{world_size: 4, sequence_parallel: 4, device: cpu}";
+  const JobSpec split = MustParse(PlannedSpec("sp", "bench-qwen3", 65536, resources));
+  const AdmissionPlan plan = PlanAdmission(split, PathPolicy{});
+  ASSERT_TRUE(plan.planned) << plan.note;
+  EXPECT_EQ(plan.request.world_size, 4);
+  EXPECT_EQ(plan.request.sequence_parallel, 4);
+  EXPECT_EQ(plan.minimum.local_tokens, 16384);
+  EXPECT_GT(plan.minimum.Term("sequence_parallel_kv"), 0);
+  EXPECT_EQ(plan.minimum.peak_bytes, PlanMinimum(plan.request)->peak_bytes);
+  EXPECT_THAT(plan.note, HasSubstr("each sequence split over 4 ranks (sequence parallelism: "
+                                   "16384 tokens per rank)"));
+  // The same job without sequence parallelism needs more of every worker.
+  const JobSpec whole =
+      MustParse(PlannedSpec("dp", "bench-qwen3", 65536, "{world_size: 4, device: cpu}"));
+  const AdmissionPlan whole_plan = PlanAdmission(whole, PathPolicy{});
+  ASSERT_TRUE(whole_plan.planned) << whole_plan.note;
+  EXPECT_LT(plan.required_memory_bytes, whole_plan.required_memory_bytes);
+  const int64_t between = (plan.required_memory_bytes + whole_plan.required_memory_bytes) / 2;
+  const std::vector<WorkerCapacity> workers = {{"w", DeviceKind::kCpu, between}};
+  EXPECT_TRUE(CheckAdmission(split, plan, workers).ok());
+  const absl::Status refused = CheckAdmission(whole, whole_plan, workers);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+
+  // Too large for the workers: more workers are suggested in whole groups.
+  const JobSpec big = MustParse(PlannedSpec("spbig", "bench-qwen3", 4096,
+                                            "{world_size: 2, sequence_parallel: 2, device: cpu}"));
+  const AdmissionPlan big_plan = PlanAdmission(big, PathPolicy{});
+  ASSERT_TRUE(big_plan.planned) << big_plan.note;
+  const absl::Status more = CheckAdmission(big, big_plan, {{"w", DeviceKind::kCpu, 3 * kGiB / 2}});
+  ASSERT_EQ(more.code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(more.message());
+  const std::string marker = "more workers: resources.world_size: ";
+  const size_t at = message.find(marker);
+  ASSERT_NE(at, std::string::npos) << message;
+  const int64_t suggested = std::stoll(message.substr(at + marker.size()));
+  EXPECT_GT(suggested, 2) << message;
+  EXPECT_EQ(suggested % 2, 0) << message;
+}
 
 TEST(Admission, PresetNamesArePlannedAndRelativePathsNeedAWorkDirectory) {
   const JobSpec preset = MustParse(PlannedSpec("p", "qwen3-8b", 4096));

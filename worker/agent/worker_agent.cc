@@ -585,18 +585,27 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     // Ranks meet through the coordinator's key-value service, in a scope of
     // this attempt, so that a retry never meets a stale rank; the device
     // picks the communicator (Gloo on CPUs, NCCL on GPUs).
-    train_options.connect =
-        [this, &assignment](Backend& backend) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-      CoordinatorRendezvousStore store(std::shared_ptr<v1::RendezvousService::StubInterface>(
-                                           v1::RendezvousService::NewStub(channel_)),
-                                       options_.token, assignment.rendezvous_scope(),
-                                       options_.collective_timeout, worker_id());
-      CollectiveOptions collective;
-      collective.rank = assignment.rank();
-      collective.world_size = assignment.world_size();
-      collective.host = options_.collective_host;
-      collective.timeout = options_.collective_timeout;
-      return ConnectCommunicator(store, backend, collective);
+    CollectiveOptions collective;
+    collective.rank = assignment.rank();
+    collective.world_size = assignment.world_size();
+    collective.host = options_.collective_host;
+    collective.timeout = options_.collective_timeout;
+    auto rendezvous = [this, &assignment] {
+      return std::make_unique<CoordinatorRendezvousStore>(
+          std::shared_ptr<v1::RendezvousService::StubInterface>(
+              v1::RendezvousService::NewStub(channel_)),
+          options_.token, assignment.rendezvous_scope(), options_.collective_timeout, worker_id());
+    };
+    train_options.connect = [rendezvous, collective](
+                                Backend& backend) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      return ConnectCommunicator(*rendezvous(), backend, collective);
+    };
+    // The ranks that share a sequence (resources.sequence_parallel) meet
+    // under their group's prefix of the same attempt's rendezvous.
+    train_options.connect_sequence_group =
+        [rendezvous, collective](Backend& backend,
+                                 int group_size) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      return ConnectSequenceGroup(*rendezvous(), backend, collective, group_size);
     };
   }
   current_bytes_ = 0;

@@ -57,6 +57,13 @@ class Communicator {
   // Element-wise reduction of `count` doubles over all ranks, in place.
   virtual absl::Status AllReduce(double* data, int64_t count, ReduceOp op) = 0;
 
+  // `send` holds world_size() blocks of `block_bytes` bytes, block j for
+  // rank j; afterwards block i of `recv` (not overlapping `send`) holds what
+  // rank i sent to this rank. Waits for all compute issued before the call
+  // and returns once `recv` holds the data (sequence parallelism's exchange
+  // between token-split and head-split layouts).
+  virtual absl::Status AllToAll(const void* send, void* recv, int64_t block_bytes) = 0;
+
   // `bytes` bytes of `data` from `root` to every rank.
   virtual absl::Status Broadcast(void* data, int64_t bytes, int root) = 0;
 

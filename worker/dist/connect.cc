@@ -48,4 +48,38 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectThroughDirectory(
   return ConnectCommunicator(store, backend, options);
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectSequenceGroup(gloo::rendezvous::Store& store,
+                                                                   Backend& backend,
+                                                                   const CollectiveOptions& world,
+                                                                   int group_size) {
+  if (world.world_size < 1 || world.rank < 0 || world.rank >= world.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", world.rank, " is not in a world of ", world.world_size));
+  }
+  if (group_size < 1 || world.world_size % group_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence group size ", group_size, " does not divide the world size ", world.world_size));
+  }
+  const int group = world.rank / group_size;
+  gloo::rendezvous::PrefixStore prefixed(absl::StrCat("sequence-group-", group), store);
+  CollectiveOptions options = world;
+  options.rank = world.rank % group_size;
+  options.world_size = group_size;
+  absl::StatusOr<std::unique_ptr<Communicator>> comm =
+      ConnectCommunicator(prefixed, backend, options);
+  if (!comm.ok()) {
+    return absl::Status(comm.status().code(),
+                        absl::StrCat("sequence group ", group, " (world rank ", world.rank,
+                                     "): ", comm.status().message()));
+  }
+  return comm;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectSequenceGroupThroughDirectory(
+    const std::string& dir, Backend& backend, const CollectiveOptions& world, int group_size) {
+  gloo::rendezvous::FileStore files(dir);
+  gloo::rendezvous::PrefixStore store("ranks", files);
+  return ConnectSequenceGroup(store, backend, world, group_size);
+}
+
 }  // namespace sbp

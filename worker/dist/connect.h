@@ -35,4 +35,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectCommunicator(gloo::rendezvo
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectThroughDirectory(
     const std::string& dir, Backend& backend, const CollectiveOptions& options);
 
+// The communicator among the ranks that share one sequence (sequence
+// parallelism): world rank r is in group r / group_size at position
+// r % group_size; each group rendezvouses under its own prefix of `store`
+// ("sequence-group-<g>"), so the groups connect and run independently.
+// InvalidArgument when group_size does not divide the world size.
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectSequenceGroup(gloo::rendezvous::Store& store,
+                                                                   Backend& backend,
+                                                                   const CollectiveOptions& world,
+                                                                   int group_size);
+
+// The same through a rendezvous directory (tests and benchmarks); the
+// world's ConnectThroughDirectory may use the same directory.
+absl::StatusOr<std::unique_ptr<Communicator>> ConnectSequenceGroupThroughDirectory(
+    const std::string& dir, Backend& backend, const CollectiveOptions& world, int group_size);
+
 }  // namespace sbp

@@ -1,6 +1,7 @@
 #include "worker/dist/gloo_communicator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,15 @@ void MaxDoubles(void* out, const void* a, const void* b, size_t n) {
 }
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+using Clock = std::chrono::steady_clock;
+
+// What is left of a wait that must end by `deadline`; at least 1 ms, so that
+// a wait past it checks once and times out (Gloo's own "Timed out" error).
+std::chrono::milliseconds Remaining(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
 
 }  // namespace
 
@@ -169,6 +179,45 @@ absl::Status GlooCommunicator::AllReduce(double* data, int64_t count, ReduceOp o
     opts.setTag(static_cast<uint32_t>(context_->nextSlot()));
     opts.setTimeout(timeout_);
     gloo::allreduce(opts);
+  });
+}
+
+// Every block goes straight to its rank: at step s (1 .. N-1) rank r posts
+// the send of block r + s to rank r + s and the receive of block r - s from
+// rank r - s, all at once; its own block is a copy. The waits share one
+// deadline, so the call ends within the timeout whatever the peers do.
+absl::Status GlooCommunicator::AllToAll(const void* send, void* recv, int64_t block_bytes_signed) {
+  if (block_bytes_signed < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all-to-all: a block of ", block_bytes_signed, " bytes"));
+  }
+  if (block_bytes_signed == 0) return absl::OkStatus();
+  const int n = world_size(), r = rank();
+  const size_t block_bytes = static_cast<size_t>(block_bytes_signed);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  if (n == 1) {
+    std::memcpy(out, in, block_bytes);
+    return absl::OkStatus();
+  }
+  return Guard("all-to-all", [&] {
+    // Gloo's buffers are not const; the outgoing one is only read.
+    auto outgoing = context_->createUnboundBuffer(const_cast<char*>(in), block_bytes * n);
+    auto incoming = context_->createUnboundBuffer(out, block_bytes * n);
+    const uint64_t slot = context_->nextSlot();
+    for (int s = 1; s < n; ++s) {
+      const int to = Mod(r + s, n), from = Mod(r - s, n);
+      outgoing->send(to, slot, to * block_bytes, block_bytes);
+      incoming->recv(from, slot, from * block_bytes, block_bytes);
+    }
+    std::memcpy(out + r * block_bytes, in + r * block_bytes, block_bytes);
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    for (int s = 1; s < n; ++s) {
+      if (!incoming->waitRecv(Remaining(deadline))) throw gloo::IoException("receive aborted");
+    }
+    for (int s = 1; s < n; ++s) {
+      if (!outgoing->waitSend(Remaining(deadline))) throw gloo::IoException("send aborted");
+    }
   });
 }
 

@@ -4,8 +4,10 @@
 // on for its peers.
 //
 // Reduce-scatter and the in-place all-gather are rings over Gloo's unbound
-// buffers (Gloo has no function-style reduce-scatter); all-reduce, broadcast
-// and barrier are Gloo's own. Every wait is bounded by `timeout`.
+// buffers (Gloo has no function-style reduce-scatter), and so is the
+// all-to-all (one send and one receive per peer, all waits within one
+// `timeout` together); all-reduce, broadcast and barrier are Gloo's own.
+// Every wait is bounded by `timeout`.
 #pragma once
 
 #include <chrono>
@@ -48,6 +50,7 @@ class GlooCommunicator final : public Communicator {
                                 const ComputeMark* after) override;
   absl::Status AllGather(void* data, int64_t chunk_bytes) override;
   absl::Status AllReduce(double* data, int64_t count, ReduceOp op) override;
+  absl::Status AllToAll(const void* send, void* recv, int64_t block_bytes) override;
   absl::Status Broadcast(void* data, int64_t bytes, int root) override;
   absl::Status Barrier() override;
 

@@ -343,6 +343,34 @@ absl::Status NcclCommunicator::AllReduce(double* data, int64_t count, ReduceOp o
   return synced.ok() ? synced : Fail(synced);
 }
 
+absl::Status NcclCommunicator::AllToAll(const void* send, void* recv, int64_t block_bytes) {
+  if (block_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all-to-all: a block of ", block_bytes, " bytes"));
+  }
+  if (block_bytes == 0) return absl::OkStatus();
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  const size_t bytes = static_cast<size_t>(block_bytes);
+  return Launch("all-to-all", /*after_compute=*/true, /*after=*/nullptr, [&](void* stream) {
+    auto s = static_cast<cudaStream_t>(stream);
+    // On a non-blocking communicator a call may answer ncclInProgress.
+    auto failed = [](ncclResult_t x) { return x != ncclSuccess && x != ncclInProgress; };
+    const ncclResult_t start = ncclGroupStart();
+    if (failed(start)) return static_cast<int>(start);
+    ncclResult_t r = ncclSuccess;
+    for (int peer = 0; peer < world_size() && !failed(r); ++peer) {
+      r = ncclSend(in + peer * bytes, bytes, ncclChar, peer, impl_->comm, s);
+      if (!failed(r)) r = ncclRecv(out + peer * bytes, bytes, ncclChar, peer, impl_->comm, s);
+    }
+    // The group is closed even after a failed call inside it, and that
+    // call's error is the one returned; otherwise ncclGroupEnd's answer
+    // (ncclInProgress: Launch waits until it is enqueued).
+    const ncclResult_t end = ncclGroupEnd();
+    return static_cast<int>(failed(r) ? r : end);
+  });
+}
+
 absl::Status NcclCommunicator::Broadcast(void* data, int64_t bytes, int root) {
   if (root < 0 || root >= world_size()) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not a rank"));

@@ -45,6 +45,8 @@ class NcclCommunicator final : public Communicator {
   // `data` is a host array here (counts and norms); it is staged through a
   // small device buffer.
   absl::Status AllReduce(double* data, int64_t count, ReduceOp op) override;
+  // One grouped ncclSend/ncclRecv per rank (this one included).
+  absl::Status AllToAll(const void* send, void* recv, int64_t block_bytes) override;
   absl::Status Broadcast(void* data, int64_t bytes, int root) override;
   absl::Status Barrier() override;
   std::shared_ptr<const ComputeMark> MarkCompute() override;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "worker/engine/lora_linear.h"
+#include "worker/engine/ulysses_attention.h"
 
 namespace sbp {
 namespace {
@@ -55,7 +56,11 @@ void DecoderLayer::ChunkForward(const LayerWeights& w, const Tensor& x_rows, int
   if (config_.qk_norm) b.RmsNormForward(a.q_pre, w.q_norm, eps_, a.q, &a.q_rstd);
   b.RopeForward(a.q, begin, rope_, docs_);
   Tensor attn = Heads(a.attn, hq, d);
-  b.AttentionForward(a.q, kv.k, kv.v, begin, scale_, attn, &a.lse, docs_);
+  if (ulysses_ != nullptr) {
+    ulysses_->Forward(a, kv, begin, scale_, docs_);
+  } else {
+    b.AttentionForward(a.q, kv.k, kv.v, begin, scale_, attn, &a.lse, docs_);
+  }
   // h = x + attn Wo^T
   b.Cast(x_rows, a.h);
   b.MatmulXWt(a.attn, w.o_proj, a.h, /*accumulate=*/true);
@@ -108,8 +113,12 @@ void DecoderLayer::ChunkBackward(const LayerWeights& w, const Tensor& x_rows, in
   AccumWeightGrad(b, dh, a.attn, g.o_proj);
   b.MatmulDyW(dh, w.o_proj, a.d_attn, false);
   LoraBackwardInput(b, lw.o_proj, a.lora_t, a.d_attn);
-  b.AttentionBackward(a.q, kv.k, kv.v, Heads(a.attn, hq, d), Heads(a.d_attn, hq, d), a.lse, begin,
-                      scale_, a.dq, kv_grads.dk, kv_grads.dv, docs_);
+  if (ulysses_ != nullptr) {
+    ulysses_->Backward(a, kv, kv_grads, begin, scale_, docs_);
+  } else {
+    b.AttentionBackward(a.q, kv.k, kv.v, Heads(a.attn, hq, d), Heads(a.d_attn, hq, d), a.lse, begin,
+                        scale_, a.dq, kv_grads.dk, kv_grads.dv, docs_);
+  }
   b.RopeBackward(a.dq, begin, rope_, docs_);
   if (config_.qk_norm) b.RmsNormBackward(a.q_pre, w.q_norm, a.q_rstd, a.dq, a.dq, g.q_norm);
   Tensor dq = Flat(a.dq);

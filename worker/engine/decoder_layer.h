@@ -30,6 +30,8 @@
 
 namespace sbp {
 
+class UlyssesAttention;
+
 class DecoderLayer {
  public:
   // `rope` is the model's rotary table (ModelConfig::rope_table), kept by reference.
@@ -40,6 +42,11 @@ class DecoderLayer {
   // document and attention stays inside each one, in every piece below.
   void set_documents(const Tensor* doc_offsets) { docs_ = doc_offsets; }
 
+  // Sequence parallelism (null: off): attention runs through `ulysses`, the
+  // rows given below are this rank's (`begin` counts from the sequence's
+  // start) and `kv`/`kv_grads` are the gathered K/V of this rank's heads.
+  void set_sequence_parallel(UlyssesAttention* ulysses) { ulysses_ = ulysses; }
+
   // a.xn, a.x_rstd <- RMSNorm of x_rows.
   void InputNorm(const LayerWeights& w, const Tensor& x_rows, ChunkActivations& a);
 
@@ -49,15 +56,15 @@ class DecoderLayer {
 
   // Query rows [begin, begin + n) (after InputNorm); kv holds rows [0, begin + n).
   // Writes the layer output to y_rows when it is defined.
-  void ChunkForward(const LayerWeights& w, const Tensor& x_rows, int64_t begin,
-                    const KvBuffers& kv, ChunkActivations& a, Tensor y_rows);
+  void ChunkForward(const LayerWeights& w, const Tensor& x_rows, int64_t begin, const KvBuffers& kv,
+                    ChunkActivations& a, Tensor y_rows);
 
   // In: dy_rows = dL/dY of the chunk. Out: dy_rows = dL/dX of the chunk except
   // the path through K/V. Accumulates kv_grads.dk/dv for rows [0, begin + n).
   // Uses a's buffers as scratch (the chunk's forward must be in a).
   void ChunkBackward(const LayerWeights& w, const Tensor& x_rows, int64_t begin,
-                     const KvBuffers& kv, ChunkActivations& a, KvGrads& kv_grads,
-                     Tensor& dy_rows, LayerWeights& g);
+                     const KvBuffers& kv, ChunkActivations& a, KvGrads& kv_grads, Tensor& dy_rows,
+                     LayerWeights& g);
 
   // Rows [begin, begin + n) of the finished dK/dV (kv_rows, kv_grad_rows are
   // those rows): dx_rows += their contribution through the input. a: scratch.
@@ -72,6 +79,7 @@ class DecoderLayer {
   float eps_;
   float scale_;  // 1/sqrt(head_dim)
   const Tensor* docs_ = nullptr;
+  UlyssesAttention* ulysses_ = nullptr;
 };
 
 }  // namespace sbp

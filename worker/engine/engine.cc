@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/engine/decoder_layer.h"
+#include "worker/engine/engine_buffers.h"
 #include "worker/engine/layer_buffers.h"
 #include "worker/engine/layer_inputs.h"
 #include "worker/engine/lora_store.h"
@@ -13,30 +14,10 @@
 namespace sbp {
 namespace {
 
-// Activations in the backend's storage dtype; per-row statistics in f32.
-absl::StatusOr<Tensor> Make(Backend& backend, Shape shape, const std::string& what) {
-  return Tensor::Empty(backend.allocator(), std::move(shape), backend.activation_dtype(), what);
-}
-absl::StatusOr<Tensor> MakeF32(Backend& backend, Shape shape, const std::string& what) {
-  return Tensor::Empty(backend.allocator(), std::move(shape), DType::kF32, what);
-}
-
-// A LoRA run's base norms are frozen (undefined gradients), but the norm
-// backward always accumulates a weight gradient: it goes into `discard`,
-// whose values are never read.
-Tensor NormGradOrDiscard(const Tensor& grad, const Tensor& discard, int64_t n) {
-  return grad.defined() ? grad : discard.Rows(0, n);
-}
-LayerWeights WithFrozenNorms(LayerWeights g, const Tensor& discard, const ModelConfig& c) {
-  if (!discard.defined()) return g;
-  g.input_norm = NormGradOrDiscard(g.input_norm, discard, c.hidden_size);
-  g.post_norm = NormGradOrDiscard(g.post_norm, discard, c.hidden_size);
-  if (c.qk_norm) {
-    g.q_norm = NormGradOrDiscard(g.q_norm, discard, c.head_dim);
-    g.k_norm = NormGradOrDiscard(g.k_norm, discard, c.head_dim);
-  }
-  return g;
-}
+using engine_internal::Make;
+using engine_internal::MakeF32;
+using engine_internal::NormGradOrDiscard;
+using engine_internal::WithFrozenNorms;
 
 void CheckSequence(const Tensor& ids, const Tensor& targets) {
   CHECK(ids.dtype() == DType::kI32 && targets.dtype() == DType::kI32);
@@ -116,7 +97,7 @@ absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
                                                    const Tensor& hidden, const Tensor& targets,
                                                    TokenLoss& loss, int64_t logits_chunk,
                                                    Tensor* d_hidden, ModelTensors* grads,
-                                                   const Tensor& discard) {
+                                                   const Tensor& discard, int64_t first_row) {
   Backend& b = backend_;
   const int64_t T = hidden.dim(0), H = config_.hidden_size, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -139,7 +120,7 @@ absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
     b.RmsNormForward(x, weights.final_norm, eps, fn, &r);
     b.MatmulXWt(fn, weights.lm_head, logits, false);
     if (d_hidden == nullptr) {
-      total += loss.Forward(b, logits, targets.Rows(s, e), s);
+      total += loss.Forward(b, logits, targets.Rows(s, e), first_row + s);
       continue;
     }
     Tensor d_logits = logits;
@@ -147,7 +128,7 @@ absl::StatusOr<double> Engine::HeadForwardBackward(const ModelTensors& weights,
       d_logits = d_logits_buffer.Rows(0, n);
       b.Cast(logits, d_logits);
     }
-    total += loss.ForwardBackward(b, d_logits, targets.Rows(s, e), s);
+    total += loss.ForwardBackward(b, d_logits, targets.Rows(s, e), first_row + s);
     if (grads->lm_head.defined()) b.MatmulAccumDyTX(d_logits, fn, grads->lm_head);
     Tensor& d_fn = fn;
     b.MatmulDyW(d_logits, weights.lm_head, d_fn, false);
@@ -162,6 +143,9 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
                                        const Tensor& targets, TokenLoss& loss,
                                        const Tensor* doc_offsets) {
   CheckSequence(ids, targets);
+  if (group_ != nullptr && group_->size() > 1) {
+    return ShardedForward(weights, ids, targets, loss, doc_offsets);
+  }
   RETURN_IF_ERROR(CheckInterrupt());
   Backend& b = backend_;
   const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/false);
@@ -201,6 +185,9 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
                                                const Tensor& targets, TokenLoss& loss,
                                                ModelTensors& grads, const Tensor* doc_offsets) {
   CheckSequence(ids, targets);
+  if (group_ != nullptr && group_->size() > 1) {
+    return ShardedForwardBackward(weights, ids, targets, loss, grads, doc_offsets);
+  }
   RETURN_IF_ERROR(CheckInterrupt());
   Backend& b = backend_;
   const ChunkPlan plan = PlanChunks(ids.numel(), /*training=*/true);
@@ -249,16 +236,9 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
 
   // LM head: loss and dL/d(final hidden), chunk by chunk, into d_hidden.
   const int final_group = L + 1;
-  if (sink_ != nullptr) {
-    RETURN_IF_ERROR(sink_->BeginPass());
-    RETURN_IF_ERROR(sink_->Acquire(final_group, grads));
-    if (config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
-  }
+  RETURN_IF_ERROR(BeginHeadGradients(grads));
   ASSIGN_OR_RETURN(Tensor d_hidden, Make(b, {T, H}, "hidden-state gradient"));
-  Tensor discard;  // frozen norms' weight gradients (LoRA)
-  if (lora_rank > 0) {
-    ASSIGN_OR_RETURN(discard, MakeF32(b, {std::max(H, config_.head_dim)}, "frozen norm gradient"));
-  }
+  ASSIGN_OR_RETURN(const Tensor discard, FrozenNormGradient(lora_rank));
   ASSIGN_OR_RETURN(double total,
                    HeadForwardBackward(weights, hidden.at(L), targets, loss, plan.logits_chunk,
                                        &d_hidden, &grads, discard));
@@ -312,15 +292,38 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
       acts[l] = ChunkActivations();
     }
     hidden.AfterLayerBackward(l);
-    RETURN_IF_ERROR(b.TakeDeferredError());
-    RETURN_IF_ERROR(CheckInterrupt());
-    if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(1 + l));
+    RETURN_IF_ERROR(EndLayerBackward(l));
   }
-  if (sink_ != nullptr && !config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
-  if (grads.embed.defined()) b.EmbeddingBackward(ids, d_hidden, grads.embed);
-  RETURN_IF_ERROR(b.TakeDeferredError());
-  if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(0));
+  RETURN_IF_ERROR(EmbeddingGradient(ids, d_hidden, grads));
   return total;
+}
+
+absl::Status Engine::BeginHeadGradients(ModelTensors& grads) {
+  if (sink_ == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(sink_->BeginPass());
+  RETURN_IF_ERROR(sink_->Acquire(static_cast<int>(config_.num_hidden_layers) + 1, grads));
+  if (config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Engine::FrozenNormGradient(int64_t lora_rank) {
+  if (lora_rank == 0) return Tensor();
+  return MakeF32(backend_, {std::max(config_.hidden_size, config_.head_dim)},
+                 "frozen norm gradient");
+}
+
+absl::Status Engine::EndLayerBackward(int layer) {
+  RETURN_IF_ERROR(backend_.TakeDeferredError());
+  RETURN_IF_ERROR(CheckInterrupt());
+  return sink_ != nullptr ? sink_->Release(1 + layer) : absl::OkStatus();
+}
+
+absl::Status Engine::EmbeddingGradient(const Tensor& ids, const Tensor& d_hidden,
+                                       ModelTensors& grads) {
+  if (sink_ != nullptr && !config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
+  if (grads.embed.defined()) backend_.EmbeddingBackward(ids, d_hidden, grads.embed);
+  RETURN_IF_ERROR(backend_.TakeDeferredError());
+  return sink_ != nullptr ? sink_->Release(0) : absl::OkStatus();
 }
 
 }  // namespace sbp

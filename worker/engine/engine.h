@@ -27,6 +27,7 @@
 #include "kernels/backend.h"
 #include "worker/engine/offload/checkpoint_store.h"
 #include "worker/engine/parameter_store.h"
+#include "worker/engine/sequence_group.h"
 #include "worker/engine/token_loss.h"
 #include "worker/model/model_config.h"
 
@@ -132,6 +133,24 @@ class Engine {
   void set_checkpoint_store(CheckpointStore* store) { checkpoint_store_ = store; }
   CheckpointStore* checkpoint_store() const { return checkpoint_store_; }
 
+  // Ulysses sequence parallelism (ulysses_attention.h; null, the default:
+  // off). Every rank of `group` passes the whole sequence to Forward and
+  // ForwardBackward; each computes its piece of T / P rows (a sequence whose
+  // length P does not divide gets padding rows at the end, which no real
+  // row attends to and which carry no loss), and both return the loss of the
+  // whole sequence (summed over the group). Gradients accumulate this rank's
+  // rows' share: the sum over the group's ranks (ZeRO-2's reduce-scatter) is
+  // the sequence's gradient.
+  void set_sequence_group(SequenceGroup* group) { group_ = group; }
+  SequenceGroup* sequence_group() const { return group_; }
+  // Bytes this engine has sent to the other ranks of its sequence group.
+  int64_t sequence_bytes_sent() const { return sequence_bytes_sent_; }
+  // Sums figures a TokenLoss gathered over this rank's rows into the whole
+  // sequence's, over the sequence group (nothing to do without one).
+  absl::Status SumOverSequenceGroup(double* values, int64_t count) {
+    return group_ != nullptr && group_->size() > 1 ? group_->Sum(values, count) : absl::OkStatus();
+  }
+
   // Asked before every sequence (Forward, ForwardBackward) and after every
   // layer of a backward: an error ends the pass at once with it. A run that
   // was cancelled answers CANCELLED, so that a step of a million sequences
@@ -147,7 +166,23 @@ class Engine {
   absl::StatusOr<double> HeadForwardBackward(const ModelTensors& weights, const Tensor& hidden,
                                              const Tensor& targets, TokenLoss& loss,
                                              int64_t logits_chunk, Tensor* d_hidden,
-                                             ModelTensors* grads, const Tensor& discard);
+                                             ModelTensors* grads, const Tensor& discard,
+                                             int64_t first_row = 0);
+  // Pieces every training pass shares (engine.cc): the gradient sink's
+  // start of the backward (the LM head's groups), the frozen norms' sink of
+  // a LoRA run (undefined without adapters), the end of layer l's backward,
+  // and the embedding's gradient with its group's release.
+  absl::Status BeginHeadGradients(ModelTensors& grads);
+  absl::StatusOr<Tensor> FrozenNormGradient(int64_t lora_rank);
+  absl::Status EndLayerBackward(int layer);
+  absl::Status EmbeddingGradient(const Tensor& ids, const Tensor& d_hidden, ModelTensors& grads);
+  // The passes of one rank of a sequence group (engine_ulysses.cc).
+  absl::StatusOr<double> ShardedForwardBackward(const ModelTensors& weights, const Tensor& ids,
+                                                const Tensor& targets, TokenLoss& loss,
+                                                ModelTensors& grads, const Tensor* doc_offsets);
+  absl::StatusOr<double> ShardedForward(const ModelTensors& weights, const Tensor& ids,
+                                        const Tensor& targets, TokenLoss& loss,
+                                        const Tensor* doc_offsets);
 
   const ModelConfig config_;
   const RopeTable rope_;  // computed once from config_
@@ -156,6 +191,8 @@ class Engine {
   GradientSink* sink_ = nullptr;
   CheckpointStore* checkpoint_store_ = nullptr;
   InterruptCheck interrupt_;
+  SequenceGroup* group_ = nullptr;
+  int64_t sequence_bytes_sent_ = 0;
 
   absl::Status CheckInterrupt() const { return interrupt_ ? interrupt_() : absl::OkStatus(); }
 };

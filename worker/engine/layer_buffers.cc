@@ -56,7 +56,8 @@ absl::StatusOr<KvGrads> KvGrads::Allocate(Backend& backend, const ModelConfig& c
 absl::StatusOr<ChunkActivations> ChunkActivations::Allocate(Backend& backend, const ModelConfig& c,
                                                             int64_t rows, bool for_backward,
                                                             const std::string& what,
-                                                            int64_t lora_rank) {
+                                                            int64_t lora_rank,
+                                                            int64_t sequence_parallel) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const int64_t Hq = c.num_attention_heads, d = c.head_dim;
   ChunkActivations a;
@@ -86,6 +87,15 @@ absl::StatusOr<ChunkActivations> ChunkActivations::Allocate(Backend& backend, co
       ASSIGN_OR_RETURN(a.lora_t2, Make(backend, {rows, lora_rank}, what, "LoRA dy B"));
     }
   }
+  if (sequence_parallel > 1) {
+    // The head-split layout: P blocks of `rows` rows, Hq / P heads.
+    const int64_t P = sequence_parallel, heads = Hq / P;
+    a.sp_blocks = P;
+    ASSIGN_OR_RETURN(a.q_sp, Make(backend, {P * rows, heads, d}, what, "head-split q"));
+    ASSIGN_OR_RETURN(a.out_sp,
+                     Make(backend, {P * rows, heads, d}, what, "head-split attention output"));
+    ASSIGN_OR_RETURN(a.lse_sp, MakeF32(backend, {P * rows, heads}, what, "head-split lse"));
+  }
   return a;
 }
 
@@ -110,6 +120,10 @@ ChunkActivations ChunkActivations::Rows(int64_t rows) const {
                           {&a.lora_t, &lora_t},
                           {&a.lora_t2, &lora_t2}}) {
     *dst = FirstRows(*src, rows);
+  }
+  a.sp_blocks = sp_blocks;
+  for (auto [dst, src] : {std::pair{&a.q_sp, &q_sp}, {&a.out_sp, &out_sp}, {&a.lse_sp, &lse_sp}}) {
+    *dst = FirstRows(*src, sp_blocks * rows);
   }
   return a;
 }

@@ -21,6 +21,9 @@
 //   d_attn  [C, Hq*d]    gradient of attn (backward only)
 //   dq      [C, Hq, d]   gradient of q (backward only)
 //   lora_u, lora_t, lora_t2  [C, r]  LoRA low-rank scratch (rank r > 0 only)
+//   q_sp, out_sp [P*C, Hq/P, d], lse_sp [P*C, Hq/P]  the attention's inputs
+//                        and outputs in the head-split layout of sequence
+//                        parallelism over P ranks (ulysses_attention.h; P > 1 only)
 #pragma once
 
 #include <cstdint>
@@ -55,10 +58,13 @@ struct ChunkActivations {
   Tensor xn, x_rstd, q_pre, q_rstd, q, attn, lse, h, h_rstd, hn, gate, up, act;
   Tensor d_attn, dq;               // defined when allocated for backward
   Tensor lora_u, lora_t, lora_t2;  // defined for LoRA (lora_t, lora_t2: backward)
+  Tensor q_sp, out_sp, lse_sp;     // defined for sequence parallelism
+  int64_t sp_blocks = 1;           // P
 
   static absl::StatusOr<ChunkActivations> Allocate(Backend& backend, const ModelConfig& config,
                                                    int64_t rows, bool for_backward,
-                                                   const std::string& what, int64_t lora_rank = 0);
+                                                   const std::string& what, int64_t lora_rank = 0,
+                                                   int64_t sequence_parallel = 1);
   // The first `rows` rows of every buffer (a shorter last chunk).
   ChunkActivations Rows(int64_t rows) const;
 };

@@ -42,7 +42,9 @@ MemoryPlan Assemble(const PlanRequest& request) {
   MemoryPlan plan;
   plan.peak_bytes = all.total();
   plan.peak_phase = std::string(planner::PhaseName(peak_phase));
-  plan.seq_len = s.T;
+  plan.seq_len = request.seq_len;
+  plan.sequence_parallel = s.P;
+  plan.local_tokens = s.T;
   plan.chunk_tokens = s.C;
   plan.logits_chunk_tokens = s.LC;
   plan.model_state_bytes = state.total();
@@ -70,7 +72,15 @@ MemoryPlan Assemble(const PlanRequest& request) {
   plan.disk_bytes = planner::DiskBytes(s);
   plan.copy_bytes_per_pass = planner::CheckpointCopyBytes(s);
   plan.copy_bytes_per_step = planner::OptimizerCopyBytes(s);
+  plan.all_to_all_bytes_per_pass = planner::AllToAllBytes(s);
   return plan;
+}
+
+// Rows each rank of a sequence-parallel group holds (the whole sequence when
+// there is none).
+int64_t LocalTokens(const PlanRequest& request) {
+  const int64_t P = std::max<int64_t>(request.sequence_parallel, 1);
+  return (request.seq_len + P - 1) / P;
 }
 
 std::string Percent(double fraction) { return absl::StrCat(std::round(fraction * 1000) / 10, "%"); }
@@ -82,8 +92,12 @@ absl::Status DoesNotFit(const PlanRequest& request, const MemoryPlan& plan, int6
     chunks = absl::StrCat(" with chunk_tokens ", plan.chunk_tokens, " and logits_chunk_tokens ",
                           plan.logits_chunk_tokens);
   }
+  const std::string split = plan.sequence_parallel > 1
+                                ? absl::StrCat(" (", plan.local_tokens, " tokens on each of ",
+                                               plan.sequence_parallel, " sequence-parallel ranks)")
+                                : std::string();
   return absl::ResourceExhaustedError(absl::StrCat(
-      BackwardModeName(request.mode), " mode at seq_len ", plan.seq_len, " needs ",
+      BackwardModeName(request.mode), " mode at seq_len ", plan.seq_len, split, " needs ",
       FormatByteSize(plan.peak_bytes), " (", plan.peak_bytes, " bytes) per worker", chunks, " (",
       SummarizeBreakdown(plan), "), but a worker with ", FormatByteSize(memory_bytes), " has ",
       FormatByteSize(UsableBytes(memory_bytes, margin)), " usable after the ", Percent(margin),
@@ -227,7 +241,27 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
                       absl::StrCat("must be between 1 and ", 1 << 20, " (got ", r.world_size, ")"));
   }
   if (r.lora.enabled()) RETURN_IF_ERROR(ValidateLoraOptions(r.lora));
+  if (r.sequence_parallel < 1 || r.world_size % r.sequence_parallel != 0) {
+    return FieldError("sequence_parallel",
+                      absl::StrCat("must be a positive divisor of world_size (", r.world_size,
+                                   ") (got ", r.sequence_parallel, ")"));
+  }
+  RETURN_IF_ERROR(CheckSequenceParallel(r.config, r.sequence_parallel, "sequence_parallel"));
   return absl::OkStatus();
+}
+
+absl::Status CheckSequenceParallel(const ModelConfig& config, int64_t sequence_parallel,
+                                   absl::string_view field) {
+  const int64_t P = sequence_parallel, Hq = config.num_attention_heads,
+                Hkv = config.num_key_value_heads;
+  const bool fits = P >= 1 && Hq > 0 && Hkv > 0 && Hq % P == 0 && (Hkv % P == 0 || P % Hkv == 0);
+  if (fits) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": ", P,
+      " ranks cannot share the model's attention heads: sequence parallelism needs a positive "
+      "divisor of its ",
+      Hq, " query heads (num_attention_heads) that also divides, or is a multiple of, its ", Hkv,
+      " KV heads (num_key_value_heads)"));
 }
 
 absl::StatusOr<MemoryPlan> PlanMemory(const PlanRequest& request) {
@@ -254,7 +288,8 @@ absl::StatusOr<MemoryPlan> PlanAutoChunks(const PlanRequest& request, int64_t me
   RETURN_IF_ERROR(ValidatePlanRequest(request));
   RETURN_IF_ERROR(CheckMemory(memory_bytes, safety_margin));
   const int64_t usable = UsableBytes(memory_bytes, safety_margin);
-  const int64_t T = request.seq_len;
+  // Chunks are rows of this rank's piece of the sequence.
+  const int64_t T = LocalTokens(request);
   const std::vector<int64_t> chunks = Candidates(T, request.chunk_tokens);
   const std::vector<int64_t> logits = Candidates(T, request.logits_chunk_tokens);
   PlanRequest trial = request;

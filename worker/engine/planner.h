@@ -85,6 +85,53 @@
 // k x P x 4 gradient bytes down (and, from the second pass on, the partial
 // sums up again), which the figure leaves out.
 //
+// Sequence parallelism (Ulysses; sequence_parallel = P > 1, P divides
+// world_size, the model's query heads, and its KV heads or is a multiple of
+// them: CheckSequenceParallel). The plan is one rank of a group of P that
+// shares each sequence. The whole sequence T (seq_len rounded up to a
+// multiple of P) is split into P contiguous pieces of n = T / P rows; around
+// attention an all-to-all turns [rows, all heads] into [all rows, this rank's
+// heads] and back (hq = Hq / P query heads, hkv = max(1, Hkv / P) KV heads,
+// replicated when P > Hkv; d = head_dim, e = activation bytes). A rank holds
+// what a single-rank step of n tokens holds (layer inputs or slots [n, H],
+// dL/dhidden [n, H], the head's buffers over n rows, chunk activations of
+// C <= n rows: chunk_tokens and logits_chunk_tokens are rows per rank, C = n
+// outside stream mode; the host and disk tiers store n rows a layer; the
+// caller's token ids and targets (CUDA) and the objective's scratch still
+// cover the whole seq_len), except the K/V buffers:
+//   kv_buffers                 the local K/V (KvBuffers) of one chunk: C rows
+//                              (full mode: one set per layer, as before);
+//   sequence_parallel_kv       the gathered K and V of this rank's heads, 2 x
+//                              [T, hkv, d] e (full mode: a pair per layer;
+//                              otherwise one pair), allocated with the K/V;
+//   sequence_parallel_chunk    per chunk-activation set, the head-split
+//                              attention: q and output [C*P, hq, d] e and the
+//                              logsumexp [C*P, hq] f32;
+//   sequence_parallel_staging  two all-to-all staging buffers per pass, each
+//                              ceil(S / 4) f32 with S = max(C*Hq*d*e,
+//                              2*C*P*hkv*d*4), allocated with the chunk
+//                              activations and live to the end of the pass
+//                              (every phase);
+//   sequence_parallel_kv_grads where kv_grads were: dK and dV of this rank's
+//                              heads over the whole sequence, 2 x [T, hkv, d]
+//                              f32; kv_grads then holds the local chunk's
+//                              gradients, 2 x [C, Hkv*d] f32;
+//   sequence_parallel_padding  when seq_len is not a multiple of P, the
+//                              padded token ids [T] and document offsets
+//                              (the padding a document of its own) i32, on
+//                              the CPU too, for the whole pass.
+// Model state (weights, ZeRO-2 shards over all world_size ranks, optimizer
+// offload, LoRA) is unchanged. all_to_all_bytes_per_pass is what the rank
+// sends to the other P - 1 ranks in one training pass of one sequence
+// (forward and backward; UlyssesAttention::sent_bytes), (P - 1) / P of what
+// its all-to-alls carry: per layer the forward carries q out and the
+// attention output back (2 n Hq d e bytes) and K and V to the head owners
+// (2 n P hkv d e); the backward repeats that outside full mode (it
+// recomputes K/V and each chunk's attention), carries dout out and dq back
+// (2 n Hq d e) and the f32 gradients of the gathered K/V back (2 T hkv d 4).
+// The no-grad passes of DPO/GRPO add a forward's worth each, which the
+// figure leaves out.
+//
 // Packed sequences (packed_documents > 1) hold the same buffers as one
 // sequence of seq_len tokens: K/V, chunks and logits do not depend on where
 // documents start, so packing changes time (attention within documents), not
@@ -144,6 +191,9 @@ struct PlanRequest {
   // fp32 gradients, master weights and AdamW moments in host memory, the
   // optimizer step on the CPU (see above).
   bool optimizer_offload = false;
+  // Ranks of a sequence-parallel group (Ulysses, see above): the plan is one
+  // rank's; seq_len stays the whole sequence. 1: none.
+  int64_t sequence_parallel = 1;
 };
 
 // One named share of the peak.
@@ -157,8 +207,12 @@ struct MemoryPlan {
   int64_t peak_bytes = 0;
   std::string peak_phase;             // "lm_head", "layer_backward", "embedding_backward"
   std::vector<MemoryTerm> breakdown;  // live at the peak; sums to peak_bytes
-  int64_t seq_len = 0;
-  int64_t chunk_tokens = 0;  // as the engine runs them (clamped to seq_len)
+  int64_t seq_len = 0;                // the whole sequence (as requested)
+  // Sequence parallelism: the group's ranks, and the rows each holds
+  // (ceil(seq_len / P); seq_len when P = 1).
+  int64_t sequence_parallel = 1;
+  int64_t local_tokens = 0;
+  int64_t chunk_tokens = 0;  // as the engine runs them (clamped to local_tokens)
   int64_t logits_chunk_tokens = 0;
   int64_t model_state_bytes = 0;  // the part that does not depend on seq_len
   // Memory the device holds outside the allocator (the CUDA context, NCCL);
@@ -174,6 +228,9 @@ struct MemoryPlan {
   int64_t disk_bytes = 0;                  // the disk tier's file
   int64_t copy_bytes_per_pass = 0;         // checkpoint copies of one sequence pass
   int64_t copy_bytes_per_step = 0;         // optimizer offload: gradients down + weights up
+  // Sequence parallelism: bytes this rank sends through all-to-alls in one
+  // training pass (forward + backward) of one sequence; 0 when P = 1.
+  int64_t all_to_all_bytes_per_pass = 0;
 
   // Bytes of the term `name` at the peak (0 when absent).
   int64_t Term(absl::string_view name) const;
@@ -183,6 +240,13 @@ struct MemoryPlan {
 
 // Checks the request (positive sizes, precision, device) with errors naming the field.
 absl::Status ValidatePlanRequest(const PlanRequest& request);
+
+// Whether a model can run with `sequence_parallel` ranks sharing a sequence:
+// P divides the query heads, and the KV heads are a multiple of P or divide
+// it (P above the KV heads replicates them, as Ulysses does). InvalidArgument
+// naming `field`, P and both head counts otherwise (or when P < 1).
+absl::Status CheckSequenceParallel(const ModelConfig& config, int64_t sequence_parallel,
+                                   absl::string_view field = "resources.sequence_parallel");
 
 // The peak of one training step with the request's chunk sizes.
 absl::StatusOr<MemoryPlan> PlanMemory(const PlanRequest& request);
@@ -212,7 +276,8 @@ absl::StatusOr<MemoryPlan> PlanAutoChunks(const PlanRequest& request, int64_t me
                                           double safety_margin);
 
 // The longest sequence (request.seq_len ignored) that PlanAutoChunks fits in
-// `memory_bytes`; 0 when not even one token fits.
+// `memory_bytes`; 0 when not even one token fits. With sequence parallelism
+// it is the whole sequence of the group (each rank holding 1/P of it).
 absl::StatusOr<int64_t> MaxSequenceLength(const PlanRequest& request, int64_t memory_bytes,
                                           double safety_margin);
 

@@ -112,7 +112,11 @@ int64_t Ledger::outside_total() const {
 StepShape ShapeOf(const PlanRequest& r) {
   const ModelConfig& c = r.config;
   StepShape s;
-  s.T = r.seq_len;
+  // Sequence parallelism: this rank's piece of the whole (rounded) sequence.
+  s.P = std::max<int64_t>(r.sequence_parallel, 1);
+  s.seq_len = r.seq_len;
+  s.sequence = RoundUp(r.seq_len, s.P);
+  s.T = s.sequence / s.P;
   s.stream = r.mode == BackwardMode::kStream;
   s.keep_all = r.mode == BackwardMode::kFull;
   // Engine::PlanChunks for a training step: whole sequences outside stream mode.
@@ -134,6 +138,9 @@ StepShape ShapeOf(const PlanRequest& r) {
   s.kv = c.kv_dim();
   s.Hq = c.num_attention_heads;
   s.Hkv = c.num_key_value_heads;
+  s.d = c.head_dim;
+  s.hq = s.Hq / s.P;
+  s.hkv = std::max<int64_t>(1, s.Hkv / s.P);
   s.N = r.world_size;
   s.act_bytes = s.weight_bytes = DTypeSize(r.precision);
   s.gradient_bytes = DTypeSize(r.gradient_precision.value_or(r.precision));
@@ -150,7 +157,8 @@ StepShape ShapeOf(const PlanRequest& r) {
   s.tied = c.tie_word_embeddings;
   s.reference = r.reference_model.value_or(r.objective != PlanObjective::kSft);
   s.objective_scratch = r.objective != PlanObjective::kSft;
-  s.documents = r.packed_documents > 1 ? std::min(r.packed_documents, s.T) : 0;
+  // Every rank of a group keeps the whole sequence's document offsets.
+  s.documents = r.packed_documents > 1 ? std::min(r.packed_documents, r.seq_len) : 0;
   if (r.lora.enabled()) {
     s.lora_r = r.lora.r;
     for (const std::string& module : r.lora.target_modules) {
@@ -264,17 +272,51 @@ absl::string_view PhaseName(Phase phase) {
 
 namespace {
 
-// K/V of the whole sequence for `sets` layers (KvBuffers::Allocate).
-void AddKv(Ledger& ledger, const StepShape& s, int64_t sets) {
+// K/V of `rows` rows (the whole sequence; with sequence parallelism one
+// chunk of the rank's own rows) for `sets` layers (KvBuffers::Allocate).
+void AddKv(Ledger& ledger, const StepShape& s, int64_t sets, int64_t rows) {
   if (sets == 0) return;
   if (s.qk_norm) {
-    ledger.Add("kv_buffers", sets, s.T * s.kv, s.act_bytes);  // k before norm
-    ledger.Add("kv_buffers", sets, s.T * s.Hkv, kF32);        // k rstd
+    ledger.Add("kv_buffers", sets, rows * s.kv, s.act_bytes);  // k before norm
+    ledger.Add("kv_buffers", sets, rows * s.Hkv, kF32);        // k rstd
   }
-  ledger.Add("kv_buffers", 2 * sets, s.T * s.kv, s.act_bytes);  // K, V
+  ledger.Add("kv_buffers", 2 * sets, rows * s.kv, s.act_bytes);  // K, V
   ledger.SetDetail("kv_buffers",
                    absl::StrCat(sets == 1 ? "" : absl::StrCat(sets, " x "), s.qk_norm ? "3" : "2",
-                                " x [", s.T, ", ", s.kv, "] ", DTypeLabel(s.act_bytes)));
+                                " x [", rows, ", ", s.kv, "] ", DTypeLabel(s.act_bytes)));
+}
+
+// Sequence parallelism's K/V side, `sets` times: the gathered K and V of the
+// rank's heads over the whole sequence, 2 x [sequence, hkv, d].
+void AddGatheredKv(Ledger& ledger, const StepShape& s, int64_t sets) {
+  if (sets == 0) return;
+  const char* name = "sequence_parallel_kv";
+  ledger.Add(name, 2 * sets, s.sequence * s.hkv * s.d, s.act_bytes);
+  ledger.SetDetail(name, absl::StrCat(2 * sets, " x [", s.sequence, ", ", s.hkv, ", ", s.d, "] ",
+                                      DTypeLabel(s.act_bytes), " (gathered K/V of ", s.hkv,
+                                      " KV head", s.hkv == 1 ? "" : "s", ")"));
+}
+
+// Sequence parallelism's head-split attention of one chunk set, `sets`
+// times: q and the output [C*P, hq, d] and the logsumexp [C*P, hq] f32.
+void AddHeadSplitChunk(Ledger& ledger, const StepShape& s, int64_t sets) {
+  if (sets == 0) return;
+  const char* name = "sequence_parallel_chunk";
+  const int64_t rows = s.C * s.P;
+  ledger.Add(name, 2 * sets, rows * s.hq * s.d, s.act_bytes);  // q, attention output
+  ledger.Add(name, sets, rows * s.hq, kF32);                   // lse
+  ledger.SetDetail(name, absl::StrCat(sets == 1 ? "" : absl::StrCat(sets, " x "), "2 x [", rows,
+                                      ", ", s.hq, ", ", s.d, "] ", DTypeLabel(s.act_bytes), " + [",
+                                      rows, ", ", s.hq, "] f32 (head-split q, out, lse)"));
+}
+
+// Sequence parallelism's two all-to-all staging buffers of a pass, each
+// ceil(S / 4) f32 with S = max(C Hq d e, 2 C P hkv d 4): a chunk's q or
+// output blocks, or its K/V gradient blocks in f32.
+int64_t StagingElements(const StepShape& s) {
+  const int64_t bytes =
+      std::max(s.C * s.Hq * s.d * s.act_bytes, 2 * s.C * s.P * s.hkv * s.d * kF32);
+  return (bytes + kF32 - 1) / kF32;
 }
 
 // One ChunkActivations set of C rows allocated for backward, `sets` times.
@@ -325,7 +367,9 @@ int64_t LargestKernelScratch(const StepShape& s, Phase phase) {
   auto consider = [&](int64_t bytes) { largest = std::max(largest, bytes); };
   if (phase == Phase::kLayerBackward) {
     if (s.act_bytes == 2) consider(s.C * s.kv * 2);
-    consider(s.C * s.Hq * kF32);
+    // The attention delta: [C, Hq] f32; with sequence parallelism one block
+    // of C rows and hq heads at a time.
+    consider(s.C * s.hq * kF32);
     consider(column_partials(s.C, s.H));
     if (s.qk_norm) consider(column_partials(s.C * s.Hq, s.q / s.Hq));
     if (s.attention_bias) consider(column_partials(s.C, s.q));
@@ -358,8 +402,17 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
   // Full mode keeps every layer's set and frees each after its backward;
   // the others keep one set until the step ends.
   const int64_t sets = s.keep_all ? (phase == Phase::kEmbeddingBackward ? 0 : s.L) : 1;
-  AddKv(ledger, s, sets);
+  const bool sequence_parallel = s.P > 1;
+  AddKv(ledger, s, sets, sequence_parallel ? s.C : s.T);
+  if (sequence_parallel) AddGatheredKv(ledger, s, sets);
   AddChunk(ledger, s, sets);
+  if (sequence_parallel) {
+    AddHeadSplitChunk(ledger, s, sets);
+    const int64_t staging = StagingElements(s);
+    ledger.Add("sequence_parallel_staging", 2, staging, kF32);
+    ledger.SetDetail("sequence_parallel_staging",
+                     absl::StrCat("2 x [", staging, "] f32 (all-to-all blocks of a chunk)"));
+  }
   ledger.Add("hidden_gradient", 1, s.T * s.H, s.act_bytes);
   ledger.SetDetail("hidden_gradient", Shape2(1, s.T, s.H, s.act_bytes));
   if (s.lora_r > 0) {  // the frozen norms' weight-gradient sink
@@ -376,21 +429,39 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
       ledger.Add("logits_gradient", 1, s.LC * s.V, s.act_bytes);
       ledger.SetDetail("logits_gradient", Shape2(1, s.LC, s.V, s.act_bytes));
     }
+  } else if (sequence_parallel) {
+    // dK/dV of the rank's heads over the whole sequence, accumulated over
+    // chunks, and the local chunk's gradients they return to.
+    ledger.Add("sequence_parallel_kv_grads", 2, s.sequence * s.hkv * s.d, kF32);
+    ledger.SetDetail("sequence_parallel_kv_grads",
+                     absl::StrCat("2 x [", s.sequence, ", ", s.hkv, ", ", s.d, "] f32"));
+    ledger.Add("kv_grads", 2, s.C * s.kv, kF32);
+    ledger.SetDetail("kv_grads", absl::StrCat("2 x [", s.C, ", ", s.kv, "] f32 (one chunk)"));
   } else {
     ledger.Add("kv_grads", 2, s.T * s.kv, kF32);  // accumulated over chunks in f32
     ledger.SetDetail("kv_grads", absl::StrCat("2 x [", s.T, ", ", s.kv, "] f32"));
   }
-  if (s.objective_scratch) {  // LogProbScratch: log-probs, logsumexp, dlogprobs
-    ledger.Add("objective_scratch", 3, s.T, kF32);
-    ledger.SetDetail("objective_scratch", absl::StrCat("3 x [", s.T, "] f32"));
+  if (s.objective_scratch) {  // LogProbScratch: log-probs, logsumexp, dlogprobs (whole sequence)
+    ledger.Add("objective_scratch", 3, s.seq_len, kF32);
+    ledger.SetDetail("objective_scratch", absl::StrCat("3 x [", s.seq_len, "] f32"));
+  }
+  if (s.sequence > s.seq_len) {
+    // The group pads the sequence to a multiple of P (engine_ulysses.cc):
+    // padded token ids, and document offsets with the padding as a document
+    // of its own; on the CPU too, in the allocator.
+    const int64_t offsets = (s.documents > 1 ? s.documents + 1 : 2) + 1;
+    ledger.Add("sequence_parallel_padding", 1, s.sequence, 4);
+    ledger.Add("sequence_parallel_padding", 1, offsets, 4);
+    ledger.SetDetail("sequence_parallel_padding", absl::StrCat("[", s.sequence, "] + [", offsets,
+                                                               "] i32 (padded ids, offsets)"));
   }
   if (s.cuda) {
     if (const int64_t scratch = LargestKernelScratch(s, phase); scratch > 0) {
       ledger.Add("kernel_scratch", 1, scratch, 1);
       ledger.SetDetail("kernel_scratch", "the largest CUDA op scratch of the phase");
     }
-    ledger.Add("token_ids", 2, s.T, 4);
-    ledger.SetDetail("token_ids", absl::StrCat("2 x [", s.T, "] i32"));
+    ledger.Add("token_ids", 2, s.seq_len, 4);  // the whole sequence's, on every rank
+    ledger.SetDetail("token_ids", absl::StrCat("2 x [", s.seq_len, "] i32"));
     if (s.documents > 1) {
       ledger.Add("document_offsets", 1, s.documents + 1, 4);
       ledger.SetDetail("document_offsets", absl::StrCat("[", s.documents + 1, "] i32"));
@@ -475,6 +546,22 @@ int64_t DiskBytes(const StepShape& s) {
 
 int64_t CheckpointCopyBytes(const StepShape& s) {
   return 2 * StoredLayerInputs(s) * s.T * s.H * s.act_bytes;
+}
+
+int64_t AllToAllBytes(const StepShape& s) {
+  if (s.P <= 1) return 0;
+  const int64_t e = s.act_bytes;
+  // q out and the attention output back; K and V to their heads' owners.
+  const int64_t queries = 2 * s.T * s.Hq * s.d * e;
+  const int64_t keys_values = 2 * s.T * s.P * s.hkv * s.d * e;
+  const int64_t forward = queries + keys_values;
+  // dout out and dq back; the gathered K/V's f32 gradients back. Outside
+  // full mode the backward recomputes K/V and each chunk's attention first.
+  const int64_t backward =
+      (s.keep_all ? 0 : forward) + queries + 2 * s.sequence * s.hkv * s.d * kF32;
+  // Each exchange sends P equal blocks, one of them to the rank itself,
+  // which does not leave it.
+  return s.L * (forward + backward) / s.P * (s.P - 1);
 }
 
 int64_t OptimizerCopyBytes(const StepShape& s) {

@@ -46,8 +46,17 @@ class Ledger {
 
 // Sizes a request implies, resolved once.
 struct StepShape {
-  int64_t T = 0, C = 0, LC = 0;  // tokens, chunk rows, logits rows (as the engine runs them)
-  int64_t L = 0, H = 0, I = 0, V = 0, q = 0, kv = 0, Hq = 0, Hkv = 0;
+  // Tokens this rank holds, chunk rows, logits rows (as the engine runs them).
+  int64_t T = 0, C = 0, LC = 0;
+  int64_t L = 0, H = 0, I = 0, V = 0, q = 0, kv = 0, Hq = 0, Hkv = 0, d = 0;
+  // Sequence parallelism: P ranks share a sequence of `sequence` tokens
+  // (seq_len rounded up to a multiple of P; T = sequence / P); each runs
+  // attention for hq = Hq / P query heads and hkv = max(1, Hkv / P) KV heads.
+  // P = 1: sequence = T, hq = Hq, hkv = Hkv.
+  int64_t P = 1, sequence = 0, hq = 0, hkv = 0;
+  // The longest sequence as requested (before rounding): the caller's token
+  // ids, targets and objective scratch cover all of it on every rank.
+  int64_t seq_len = 0;
   int64_t N = 1;               // world size
   int64_t act_bytes = 4;       // activations, K/V, logits
   int64_t weight_bytes = 4;    // compute weights
@@ -99,6 +108,10 @@ int64_t DiskBytes(const StepShape& s);
 // Checkpoint copies of one sequence pass: 2 x (L-1) x T x H x act bytes off
 // the device tier, 0 on it.
 int64_t CheckpointCopyBytes(const StepShape& s);
+
+// Sequence parallelism: bytes the rank sends through all-to-alls in one
+// training pass of one sequence (planner.h); 0 when P = 1.
+int64_t AllToAllBytes(const StepShape& s);
 
 // Optimizer offload's copies of a step of one sequence: the trained
 // parameters' f32 gradients down and, with optimizer state, their compute

@@ -33,8 +33,7 @@ class CrossEntropyTokenLoss final : public TokenLoss {
   explicit CrossEntropyTokenLoss(double scale) : scale_(scale) {}
   double ForwardBackward(Backend& backend, Tensor& logits, const Tensor& targets,
                          int64_t begin) override;
-  double Forward(Backend& backend, Tensor& logits, const Tensor& targets,
-                 int64_t begin) override;
+  double Forward(Backend& backend, Tensor& logits, const Tensor& targets, int64_t begin) override;
 
  private:
   double scale_;

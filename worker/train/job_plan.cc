@@ -14,6 +14,9 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
   // (optimizer_state.cc), and the CUDA embedding backward needs them.
   r.gradient_precision = DType::kF32;
   r.world_size = spec.resources.world_size;
+  // One rank of a sequence-parallel group: 1/P of each sequence's tokens,
+  // ZeRO-2 over all world_size ranks.
+  r.sequence_parallel = spec.resources.sequence_parallel;
   switch (spec.objective) {
     case Objective::kSft:
       r.objective = PlanObjective::kSft;

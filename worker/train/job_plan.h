@@ -1,7 +1,7 @@
 // The memory planner's request for a job spec: its model, sequence length,
-// mode, chunk sizes, precision, world size, objective and device, with the
-// optimizer state counted. Shared by the coordinator's admission and the
-// trainer's automatic chunk sizes.
+// mode, chunk sizes, precision, world size, sequence parallelism, objective
+// and device, with the optimizer state counted (one rank's memory). Shared by the coordinator's
+// admission and the trainer's automatic chunk sizes.
 #pragma once
 
 #include <string>

@@ -215,7 +215,7 @@ const std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>&
             "max_grad_norm", "seed", "precision", "epochs", "shuffle", "optimizer_offload"}},
           {"dpo", {"beta", "reference"}},
           {"grpo", {"beta", "epsilon", "loss", "reference"}},
-          {"resources", {"world_size", "device", "memory"}},
+          {"resources", {"world_size", "sequence_parallel", "device", "memory"}},
           {"checkpoint", {"every_steps", "dir", "keep_last"}},
           {"lora", {"r", "alpha", "target_modules", "rslora", "init_seed", "dropout"}},
           {"eval", {"data", "every_steps", "max_examples"}},
@@ -741,6 +741,14 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   // resources
   ASSIGN_OR_RETURN(Block rb, Block::Make(r, top.Get("resources"), "resources"));
   RETURN_IF_ERROR(ReadPositiveInt(r, rb, "world_size", kMaxSpecWorldSize, s.resources.world_size));
+  RETURN_IF_ERROR(ReadPositiveInt(r, rb, "sequence_parallel", kMaxSpecWorldSize,
+                                  s.resources.sequence_parallel));
+  if (s.resources.world_size % s.resources.sequence_parallel != 0) {
+    return r.Got(rb.Path("sequence_parallel"),
+                 absl::StrCat("must divide resources.world_size (", s.resources.world_size,
+                              ") into groups of ranks that share a sequence"),
+                 rb.Get("sequence_parallel"));
+  }
   RETURN_IF_ERROR(ReadEnum<DeviceKind>(r, rb, "device",
                                        {{DeviceKindName(DeviceKind::kCpu), DeviceKind::kCpu},
                                         {DeviceKindName(DeviceKind::kCuda), DeviceKind::kCuda}},
@@ -771,12 +779,20 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
                                 CheckpointTierName(*s.streambp.offload.checkpoints),
                                 " (use disk or auto, or leave disk_dir out)"));
   }
-  if (t.sequences_per_step < s.resources.world_size) {
-    return r.Got(tb.Path("sequences_per_step"),
-                 absl::StrCat("must be at least resources.world_size (", s.resources.world_size,
-                              ") so that every worker gets an example"),
-                 tb.Has("sequences_per_step") ? tb.Get("sequences_per_step")
-                                              : YAML::Node(t.sequences_per_step));
+  // Each data-parallel group (one rank without sequence parallelism) takes
+  // whole examples.
+  const int64_t groups = s.resources.world_size / s.resources.sequence_parallel;
+  if (t.sequences_per_step < groups) {
+    return r.Got(
+        tb.Path("sequences_per_step"),
+        s.resources.sequence_parallel == 1
+            ? absl::StrCat("must be at least resources.world_size (", s.resources.world_size,
+                           ") so that every worker gets an example")
+            : absl::StrCat("must be at least resources.world_size / "
+                           "resources.sequence_parallel (",
+                           groups, ") so that every group of ranks gets an example"),
+        tb.Has("sequences_per_step") ? tb.Get("sequences_per_step")
+                                     : YAML::Node(t.sequences_per_step));
   }
   if (t.precision == Precision::kBf16 && s.resources.device != DeviceKind::kCuda) {
     return r.Error(tb.Path("precision"),
@@ -830,6 +846,11 @@ Json ToJsonValue(const JobSpec& s) {
                {"reference", s.grpo.reference}};
   j["resources"] = {{"world_size", s.resources.world_size},
                     {"device", DeviceKindName(s.resources.device)}};
+  // Written only when set, so that the spec hash of a job without sequence
+  // parallelism (run_directory.cc) is what it was before the field existed.
+  if (s.resources.sequence_parallel != 1) {
+    j["resources"]["sequence_parallel"] = s.resources.sequence_parallel;
+  }
   if (s.resources.memory_bytes > 0) {
     j["resources"]["memory"] = FormatExactByteSize(s.resources.memory_bytes);
   }

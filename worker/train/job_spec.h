@@ -127,6 +127,12 @@ struct ResourcesSpec {
   int64_t world_size = 1;  // workers, gang-scheduled
   DeviceKind device = DeviceKind::kCpu;
   int64_t memory_bytes = 0;  // `memory: 8GiB`: per-worker budget; 0: not given
+  // Ulysses sequence parallelism: each group of `sequence_parallel` ranks
+  // shares its sequences (each rank holds 1/P of every sequence's tokens);
+  // the world_size / sequence_parallel groups are data parallel. Divides
+  // world_size; the model's head counts are checked against it where the
+  // model is known (CheckSequenceParallel in worker/engine/planner.h).
+  int64_t sequence_parallel = 1;
   bool operator==(const ResourcesSpec&) const = default;
 };
 

@@ -17,6 +17,8 @@
 #include "common/status_macros.h"
 #include "kernels/compute_device.h"
 #include "kernels/matmul_peak.h"
+#include "worker/dist/communicator_sequence_group.h"
+#include "worker/dist/data_parallel_view.h"
 #include "worker/engine/batch.h"
 #include "worker/engine/device_store.h"
 #include "worker/engine/engine.h"
@@ -293,7 +295,33 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
                                                      comm->world_size(), " ranks"));
     }
   }
+  // Sequence parallelism: the group of ranks that shares this rank's
+  // sequences, and the data-parallel view the step figures and the
+  // examples' shares go through (data_parallel_view.h).
+  const int sequence_parallel = static_cast<int>(spec.resources.sequence_parallel);
+  std::unique_ptr<Communicator> group_comm;
+  std::optional<CommunicatorSequenceGroup> sequence_group;
+  std::optional<DataParallelView> data_view;
+  Communicator* data_comm = comm.get();
+  if (sequence_parallel > 1) {
+    if (!options.connect_sequence_group || comm == nullptr) {
+      return absl::InvalidArgumentError(
+          "resources.sequence_parallel: sequence parallelism needs several workers; submit the "
+          "job to a coordinator (`sbp run --workers N` runs one locally)");
+    }
+    ASSIGN_OR_RETURN(group_comm, options.connect_sequence_group(backend, sequence_parallel));
+    if (group_comm->world_size() != sequence_parallel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resources.sequence_parallel is ", sequence_parallel,
+                       " but the sequence group has ", group_comm->world_size(), " ranks"));
+    }
+    sequence_group.emplace(*group_comm);
+    data_view.emplace(*comm, sequence_parallel);
+    data_comm = &*data_view;
+  }
   const int rank = comm ? comm->rank() : 0;
+  const int data_rank = data_comm ? data_comm->rank() : 0;
+  const int data_world = data_comm ? data_comm->world_size() : 1;
 
   // The weights: read in full precision into host memory outside the run's
   // allocator, then the compute copy on the device; the host copy is where
@@ -310,12 +338,14 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
                    CopyStoreToDevice(initial, backend, compute_dtype, "weights"));
   const ModelConfig config = weights.config();
   RETURN_IF_ERROR(CheckModelRunsOn(config, backend));
+  RETURN_IF_ERROR(CheckSequenceParallel(config, sequence_parallel));
   ASSIGN_OR_RETURN(Dataset dataset, Dataset::LoadForJob(spec, options.base_dir, config.vocab_size));
   ASSIGN_OR_RETURN(const CheckpointTier checkpoint_tier,
                    ChooseCheckpointTier(spec, config, allocator.budget_bytes(), options.offload));
   ASSIGN_OR_RETURN(const EngineOptions engine_options,
                    ChooseEngineOptions(spec, config, allocator.budget_bytes(), checkpoint_tier));
   Engine engine(config, backend, engine_options);
+  if (sequence_group.has_value()) engine.set_sequence_group(&*sequence_group);
   // A cancel reaches a step in progress within a sequence or a layer.
   const Engine::InterruptCheck interrupt = [observer]() -> absl::Status {
     if (!observer->AbandonRequested()) return absl::OkStatus();
@@ -411,6 +441,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
       config, backend,
       {BackwardMode::kStream, engine_options.chunk_tokens, engine_options.logits_chunk_tokens});
   reference_engine.set_interrupt(interrupt);
+  if (sequence_group.has_value()) reference_engine.set_sequence_group(&*sequence_group);
   ModelTensors w = BindModelTensors(weights);
   if (lora) AttachAdapters(lora->compute, w);
   std::optional<ModelTensors> ref_tensors;
@@ -418,7 +449,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   if (ReferenceIsLoraBase(spec)) ref_tensors = BindModelTensors(weights);  // without adapters
   ASSIGN_OR_RETURN(std::unique_ptr<StepObjective> objective,
                    MakeStepObjective(spec, dataset, engine, w, reference_engine,
-                                     ref_tensors ? &*ref_tensors : nullptr, comm.get()));
+                                     ref_tensors ? &*ref_tensors : nullptr, data_comm));
 
   // The validation set, loaded before the first step so that a bad file
   // fails the attempt at once.
@@ -447,6 +478,8 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   };
 
   double comm_waited = 0;
+  double a2a_seconds = 0;
+  int64_t a2a_bytes = 0;
   for (int64_t step = state.step + 1; step <= spec.train.steps; ++step) {
     // A lapsed lease ends the attempt here, before it computes or writes more.
     RETURN_IF_ERROR(observer->CheckLease());
@@ -458,7 +491,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     const auto start = Clock::now();
     const std::string cursor_before_step = cursor.ToJson();  // an abandoned step takes nothing
     const std::vector<int64_t> indices =
-        RankShare(cursor.Next(spec.train.sequences_per_step), rank, world_size);
+        RankShare(cursor.Next(spec.train.sequences_per_step), data_rank, data_world);
     optimizer->ZeroGradients();
     absl::StatusOr<ObjectiveStepResult> ran = objective->Run(indices, optimizer->grads());
     if (ran.status().code() == absl::StatusCode::kCancelled && observer->AbandonRequested()) {
@@ -476,7 +509,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     }
     ObjectiveStepResult result = *std::move(ran);
     RETURN_IF_ERROR(optimizer->FinishBackward());
-    RETURN_IF_ERROR(SumOverRanks(comm.get(), result));
+    RETURN_IF_ERROR(SumOverRanks(data_comm, result));
     // The objectives count full fine-tuning's FLOPs; LoRA computes no frozen weight gradients.
     result.model_flops += static_cast<double>(result.tokens) * LoraFlopsPerTokenChange(config, w);
     ASSIGN_OR_RETURN(const double grad_norm, optimizer->GlobalGradNorm());
@@ -506,7 +539,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     report.extra = result.extra;
     if (evaluator != nullptr && evaluator->Due(step, spec.train.steps)) {
       // After the update: the loss of the weights this step produced.
-      absl::StatusOr<EvalResult> evaluated = evaluator->Run(engine, w, comm.get());
+      absl::StatusOr<EvalResult> evaluated = evaluator->Run(engine, w, data_comm);
       if (!evaluated.ok()) {
         return WithMemoryPlan(evaluated.status(), spec, config, engine_options,
                               allocator.budget_bytes(), checkpoint_tier);
@@ -517,6 +550,13 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     }
     report.eval_step = eval_step;
     report.eval_loss = eval_loss;
+    if (sequence_group.has_value()) {
+      // This rank's share of the group's exchanges during the step.
+      report.extra["all_to_all_seconds"] = sequence_group->all_to_all_seconds() - a2a_seconds;
+      report.extra["all_to_all_bytes"] = sequence_group->all_to_all_bytes() - a2a_bytes;
+      a2a_seconds = sequence_group->all_to_all_seconds();
+      a2a_bytes = sequence_group->all_to_all_bytes();
+    }
     if (comm) {
       // Seconds of this step the training thread waited on collectives.
       const double waited = optimizer->comm_wait_seconds();

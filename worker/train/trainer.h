@@ -119,6 +119,10 @@ struct TrainOptions {
   // run's: its device decides the communicator (Gloo or NCCL) and its
   // allocator holds the communicator's buffers.
   std::function<absl::StatusOr<std::unique_ptr<Communicator>>(Backend&)> connect;
+  // Connects this rank to the others of its sequence group (`group_size`
+  // ranks; required for resources.sequence_parallel > 1, with `connect`).
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(Backend&, int group_size)>
+      connect_sequence_group;
   // Host memory and local disk this worker offers the memory tiers
   // (streambp.offload: auto chooses among them; checkpoint_offload.h).
   OffloadResources offload;

@@ -58,19 +58,6 @@ class Zero2LoraTest : public ::testing::TestWithParam<Case> {
     return spec;
   }
 
-  static NamedTensors Load(const std::string& checkpoint, CpuAllocator& allocator) {
-    NamedTensors out;
-    auto file = SafetensorsFile::Open(checkpoint + "/adapter_model.safetensors");
-    EXPECT_TRUE(file.ok()) << file.status();
-    if (!file.ok()) return out;
-    for (const std::string& name : file->names()) {
-      auto t = file->ReadAsF32(name, allocator);
-      EXPECT_TRUE(t.ok());
-      out.emplace_back(name, *t);
-    }
-    return out;
-  }
-
   std::string root_;
 };
 
@@ -98,23 +85,15 @@ TEST_P(Zero2LoraTest, RanksReachTheAdaptersOfOneWorker) {
   for (int r = 0; r < c.world_size; ++r) ASSERT_EQ(codes[r], 0) << "rank " << r;
 
   CpuAllocator allocator;
-  const NamedTensors expected = Load(CheckpointPath(single.checkpoint.dir, 3), allocator);
-  const NamedTensors actual = Load(CheckpointPath(sharded.checkpoint.dir, 3), allocator);
-  ASSERT_EQ(expected.size(), actual.size());
-  ASSERT_FALSE(expected.empty());
+  const NamedTensors expected = dist_testing::LoadCheckpointTensors(
+      CheckpointPath(single.checkpoint.dir, 3), true, allocator);
+  const NamedTensors actual = dist_testing::LoadCheckpointTensors(
+      CheckpointPath(sharded.checkpoint.dir, 3), true, allocator);
+  dist_testing::ExpectTensorsClose(expected, actual, 1e-5);
   double moved_b = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const auto& [name, e] = expected[i];
-    ASSERT_EQ(name, actual[i].first);
-    const float* x = actual[i].second.data<float>();
-    const float* y = e.data<float>();
-    double diff = 0, norm = 0;
-    for (int64_t j = 0; j < e.numel(); ++j) {
-      diff += (double(x[j]) - y[j]) * (double(x[j]) - y[j]);
-      norm += double(y[j]) * y[j];
-      if (name.find("lora_B") != std::string::npos) moved_b += std::fabs(y[j]);
-    }
-    EXPECT_LE(std::sqrt(diff / norm), 1e-5) << name;
+  for (const auto& [name, e] : expected) {
+    if (name.find("lora_B") == std::string::npos) continue;
+    for (int64_t j = 0; j < e.numel(); ++j) moved_b += std::fabs(e.data<float>()[j]);
   }
   EXPECT_GT(moved_b, 0.0);  // B left zero: the comparison is not vacuous
   // Each rank wrote its shard of the adapters' optimizer state.

@@ -64,9 +64,7 @@ class Zero2TrainingTest : public ::testing::TestWithParam<Case> {
   }
 
   static NamedTensors Load(const std::string& checkpoint, CpuAllocator& allocator) {
-    auto weights = LoadModelDirectory(checkpoint, allocator);
-    EXPECT_TRUE(weights.ok()) << weights.status();
-    return weights.ok() ? weights->params : NamedTensors{};
+    return dist_testing::LoadCheckpointTensors(checkpoint, false, allocator);
   }
 
   std::string root_;
@@ -101,19 +99,7 @@ TEST_P(Zero2TrainingTest, RanksReachTheWeightsOfOneWorker) {
   CpuAllocator allocator;
   const NamedTensors expected = Load(CheckpointPath(single.checkpoint.dir, 3), allocator);
   const NamedTensors actual = Load(CheckpointPath(sharded.checkpoint.dir, 3), allocator);
-  ASSERT_EQ(expected.size(), actual.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const auto& [name, e] = expected[i];
-    ASSERT_EQ(name, actual[i].first);
-    const float* x = actual[i].second.data<float>();
-    const float* y = e.data<float>();
-    double diff = 0, norm = 0;
-    for (int64_t j = 0; j < e.numel(); ++j) {
-      diff += (double(x[j]) - y[j]) * (double(x[j]) - y[j]);
-      norm += double(y[j]) * y[j];
-    }
-    EXPECT_LE(std::sqrt(diff / norm), 1e-6) << name;
-  }
+  dist_testing::ExpectTensorsClose(expected, actual, 1e-6);
   // The validation losses (steps 2 and 3) agree with one worker's.
   auto eval_losses = [](const std::string& run) {
     std::vector<double> losses;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "tests/worker/train/test_util.h"
+#include "worker/train/run_directory.h"
 
 namespace sbp {
 namespace {
@@ -274,6 +275,23 @@ INSTANTIATE_TEST_SUITE_P(
                   "resources.device: must be one of cpu, cuda (got 'tpu')"},
         ErrorCase{"resources: {world_size: 0}\n",
                   "resources.world_size: must be a positive integer (got 0)"},
+        ErrorCase{"resources: {world_size: 4, sequence_parallel: 3}\n",
+                  "job.yaml: resources.sequence_parallel: must divide resources.world_size (4) "
+                  "into groups of ranks that share a sequence (got 3)"},
+        ErrorCase{"resources: {sequence_parallel: 2}\n",
+                  "resources.sequence_parallel: must divide resources.world_size (1)"},
+        ErrorCase{"resources: {world_size: 2, sequence_parallel: 0}\n",
+                  "resources.sequence_parallel: must be a positive integer (got 0)"},
+        ErrorCase{"resources: {world_size: 2, sequence_parallel: two}\n",
+                  "resources.sequence_parallel: must be an integer (got 'two')"},
+        ErrorCase{"resources: {world_size: 2, sequence_paralel: 2}\n",
+                  "resources: unknown key 'sequence_paralel' (did you mean "
+                  "'sequence_parallel'?)"},
+        ErrorCase{"train: {sequences_per_step: 1}\nresources: {world_size: 8, "
+                  "sequence_parallel: 4}\n",
+                  "train.sequences_per_step: must be at least resources.world_size / "
+                  "resources.sequence_parallel (2) so that every group of ranks gets an example "
+                  "(got 1)"},
         ErrorCase{"resources: {memory: lots}\n",
                   "resources.memory: must be a positive byte size such as 8GiB or 512MiB (got "
                   "'lots')"},
@@ -355,6 +373,7 @@ JobSpec CustomSpec() {
   s.dpo = {0.25, "/abs/ref model"};
   s.grpo = {0.0, 0.28, GrpoLoss::kBnpo, "grpo-ref"};
   s.resources = {2, DeviceKind::kCuda, (int64_t{3} << 30) + 5};
+  s.resources.sequence_parallel = 2;
   s.checkpoint = {7, "runs/x y", 4};
   s.max_restarts = 0;
   s.priority = -3;
@@ -399,6 +418,36 @@ TEST(JobSpecTest, OffloadReadsAndDefaultsToAuto) {
                 .streambp.offload.disk_dir,
             "nvme");
   EXPECT_EQ(*JobSpecFromJson(JobSpecToJson(s)), s);
+}
+
+TEST(JobSpecTest, SequenceParallelReadsAndRoundTrips) {
+  const JobSpec s = MustParse(absl::StrCat(
+      kMinimal,
+      "train: {sequences_per_step: 2}\nresources: {world_size: 8, sequence_parallel: 4}\n"));
+  EXPECT_EQ(s.resources.world_size, 8);
+  EXPECT_EQ(s.resources.sequence_parallel, 4);
+  EXPECT_EQ(*ParseJobSpec(JobSpecToYaml(s), "round.yaml"), s);
+  EXPECT_EQ(*JobSpecFromJson(JobSpecToJson(s)), s);
+  EXPECT_THAT(JobSpecToYaml(s), HasSubstr("sequence_parallel: 4"));
+  // One group of P ranks shares every sequence: one sequence a step is enough.
+  EXPECT_EQ(MustParse(absl::StrCat(kMinimal,
+                                   "train: {sequences_per_step: 1}\n"
+                                   "resources: {world_size: 8, sequence_parallel: 8}\n"))
+                .resources.sequence_parallel,
+            8);
+  // The default is 1 and is not written out, so that the spec hash of a job
+  // without sequence parallelism stays what it was.
+  const JobSpec d = MustParse(kMinimal);
+  EXPECT_EQ(d.resources.sequence_parallel, 1);
+  EXPECT_THAT(JobSpecToYaml(d), Not(HasSubstr("sequence_parallel")));
+  EXPECT_THAT(JobSpecToJson(d), Not(HasSubstr("sequence_parallel")));
+  EXPECT_EQ(MustParse(absl::StrCat(kMinimal, "resources: {sequence_parallel: 1}\n")), d);
+  // P changes the arithmetic (how the sequence is split and rounded), so a
+  // run never resumes under another P.
+  JobSpec two = MustParse(absl::StrCat(kMinimal, "resources: {world_size: 4}\n"));
+  const std::string without = TrajectoryHash(two);
+  two.resources.sequence_parallel = 2;
+  EXPECT_NE(TrajectoryHash(two), without);
 }
 
 TEST(JobSpecTest, YamlKeepsDesignOrderAndAuto) {

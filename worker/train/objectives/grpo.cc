@@ -221,9 +221,12 @@ absl::StatusOr<GrpoResult> RunGrpo(Engine& engine, const ModelTensors& policy,
       const std::vector<float>* ref = options.beta > 0 ? &reference->logprobs[g][i] : nullptr;
       GrpoTokenLoss loss(sequence, params, std::move(old), ref);
       ASSIGN_OR_RETURN(double value, RunTokenLoss(engine, policy, sequence, loss, grads));
+      // The loss's own figures cover this rank's rows of the sequence.
+      double figures[2] = {loss.kl_sum(), static_cast<double>(loss.clipped_tokens())};
+      RETURN_IF_ERROR(engine.SumOverSequenceGroup(figures, 2));
       result.loss += value;
-      result.kl_sum += loss.kl_sum();
-      result.clipped_tokens += loss.clipped_tokens();
+      result.kl_sum += figures[0];
+      result.clipped_tokens += static_cast<int64_t>(figures[1]);
     }
   }
   return result;

@@ -144,13 +144,12 @@ absl::StatusOr<std::vector<float>> TokenLogProbs(Engine& engine, const ModelTens
 
 absl::StatusOr<double> SequenceLogProb(Engine& engine, const ModelTensors& weights,
                                        const TokenSequence& sequence) {
-  ASSIGN_OR_RETURN(std::vector<float> logprobs, TokenLogProbs(engine, weights, sequence));
-  const std::vector<int32_t> targets = ShiftedTargets(sequence);
-  double sum = 0;
-  for (size_t t = 0; t < logprobs.size(); ++t) {
-    if (targets[t] != kIgnoreIndex) sum += logprobs[t];
-  }
-  return sum;
+  // The recorder's chunk sums (ignored rows record 0), added by the engine;
+  // under sequence parallelism the engine adds the group's rows too, while
+  // the recorded per-token values are this rank's rows only.
+  std::vector<float> logprobs;
+  LogProbRecorder recorder(static_cast<int64_t>(sequence.input_ids.size()), &logprobs);
+  return RunTokenLoss(engine, weights, sequence, recorder, nullptr);
 }
 
 }  // namespace sbp
