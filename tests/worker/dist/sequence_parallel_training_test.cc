@@ -2,8 +2,9 @@
 // (Gloo over loopback) in groups of P that share each sequence, training 20
 // steps, end at the weights one worker reaches over the same global batches,
 // within the ZeRO-2 tolerance, for SFT, DPO and GRPO, full fine-tuning and
-// LoRA, in every backward mode, with P = N and with N / P data-parallel
-// groups. The step figures (loss, tokens) count each sequence once.
+// LoRA, in every backward mode, with the disk tier and optimizer offload,
+// with P = N and with N / P data-parallel groups. The step figures (loss,
+// tokens) count each sequence once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,12 +37,15 @@ struct Case {
   int sequence_parallel;
   bool lora = false;
   BackwardMode mode = BackwardMode::kStream;
+  // The disk tier for layer inputs and the optimizer in host memory (the
+  // sharded run only: the tiers are bit-identical to the device's).
+  bool tiers = false;
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return absl::StrCat(c.objective, "_N", c.world_size, "_P", c.sequence_parallel,
-                      c.lora ? "_lora_" : "_", BackwardModeName(c.mode));
+                      c.lora ? "_lora_" : "_", BackwardModeName(c.mode), c.tiers ? "_tiers" : "");
 }
 
 // Relative distance (per tensor) of the final weights from one worker's:
@@ -112,7 +116,11 @@ TEST_P(SequenceParallelTrainingTest, GroupsReachTheWeightsOfOneWorker) {
   auto reference = RunTraining(single, TrainOptions{}, nullptr);
   ASSERT_TRUE(reference.ok()) << reference.status();
 
-  const JobSpec sharded = Spec(c, c.world_size, c.sequence_parallel, "sharded");
+  JobSpec sharded = Spec(c, c.world_size, c.sequence_parallel, "sharded");
+  if (c.tiers) {
+    sharded.streambp.offload.checkpoints = CheckpointTier::kDisk;
+    sharded.train.optimizer_offload = true;
+  }
   const std::string rendezvous = root_ + "/rendezvous";
   fs::create_directories(rendezvous);
   const std::vector<int> codes = RunRankProcesses(c.world_size, [&](int rank) {
@@ -178,7 +186,8 @@ INSTANTIATE_TEST_SUITE_P(Objectives, SequenceParallelTrainingTest,
                                            Case{"sft", 4, 4, false, BackwardMode::kFull},
                                            Case{"dpo", 2, 2}, Case{"dpo", 4, 2}, Case{"grpo", 2, 2},
                                            Case{"grpo", 4, 4}, Case{"sft", 2, 2, true},
-                                           Case{"dpo", 4, 4, true}),
+                                           Case{"dpo", 4, 4, true},
+                                           Case{"sft", 4, 2, false, BackwardMode::kStream, true}),
                          CaseName);
 
 }  // namespace
