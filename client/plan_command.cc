@@ -34,6 +34,7 @@ struct PlanOptions {
   std::string memory;
   int64_t world_size = 0;         // 0: --sequence-parallel (one group)
   int64_t sequence_parallel = 1;  // ranks sharing each sequence (Ulysses)
+  int64_t zero_stage = 2;         // 3: the compute weights sharded too
   std::string mode;               // "": stream for one length, all three for --max-seq-len
   std::string chunk_tokens = "auto", logits_chunk_tokens = "auto";
   std::string precision = "fp32";
@@ -132,6 +133,14 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
                      r.sequence_parallel, ")"));
   }
   RETURN_IF_ERROR(CheckSequenceParallel(r.config, r.sequence_parallel, "--sequence-parallel"));
+  if (o.zero_stage == 3 && r.world_size == 1) {
+    return absl::InvalidArgumentError(
+        "--zero-stage: 3 shards the compute weights over the workers; it needs --world-size > 1");
+  }
+  if (o.zero_stage == 3 && o.lora_r > 0) {
+    return absl::InvalidArgumentError("--zero-stage: 3 is not supported with --lora-r");
+  }
+  r.shard_weights = o.zero_stage == 3;
   ASSIGN_OR_RETURN(r.objective, ParsePlanObjective(o.objective));
   r.optimizer_state = !o.bp_only;
   r.packed_documents = o.packed_docs;
@@ -584,6 +593,12 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                    "--world-size and the query heads): plans one rank, which holds 1/P of the "
                    "tokens; --seq-len and --max-seq-len are the whole sequence")
       ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  plan->add_option("--zero-stage", o->zero_stage,
+                   "2: ZeRO-2 (every worker keeps the whole compute weights); 3: ZeRO-3, the "
+                   "compute weights sharded over --world-size too and gathered one layer at a "
+                   "time (train.zero_stage)")
+      ->check(CLI::Range(2, 3))
       ->capture_default_str();
   plan->add_option("--mode", o->mode,
                    "stream, checkpoint or full (default: stream; all three "

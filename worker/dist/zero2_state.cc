@@ -15,10 +15,9 @@ Zero2State::Zero2State(ParameterStore& weights, Communicator& comm, Backend& bac
 
 Zero2State::~Zero2State() { executor_.WaitAll().IgnoreError(); }
 
-absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& weights,
-                                                               Communicator& comm, Backend& backend,
-                                                               const ParameterStore* master_source,
-                                                               bool offload) {
+absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(
+    ParameterStore& weights, Communicator& comm, Backend& backend,
+    const ParameterStore* master_source, bool offload, std::optional<WeightSharding> sharding) {
   const int n = comm.world_size();
   std::unique_ptr<Zero2State> state(new Zero2State(weights, comm, backend));
   // Where the owned shards live, and the backend that works on them.
@@ -27,16 +26,22 @@ absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& w
   Backend& owner = state->owner();
   state->separate_ = master_source != nullptr;
   const auto& groups = weights.groups();
-  if (master_source == nullptr && !groups.empty() && groups[0].flat.dtype() != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ZeRO-2 over ", DTypeName(groups[0].flat.dtype()), " weights needs separate f32 masters"));
+  if (sharding.has_value() && sharding->initial == nullptr) {
+    return absl::InvalidArgumentError("ZeRO-3 needs the initial f32 weights");
+  }
+  const DType compute_dtype = sharding.has_value() ? sharding->dtype
+                              : groups.empty()     ? DType::kF32
+                                                   : groups[0].flat.dtype();
+  if (master_source == nullptr && compute_dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("ZeRO-2 over ", DTypeName(compute_dtype),
+                                                   " weights needs separate f32 masters"));
   }
   if (master_source != nullptr && master_source->groups().size() != groups.size()) {
     return absl::InvalidArgumentError("ZeRO-2: the master weights have another layout");
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     const ParameterGroup& group = groups[g];
-    const int64_t padded = group.flat.numel();
+    const int64_t padded = group.padded;
     if (padded % n != 0) {
       return absl::InvalidArgumentError(absl::StrCat("parameter group ", group.name, " has ",
                                                      padded, " elements, not a multiple of ", n,
@@ -53,8 +58,9 @@ absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& w
       list->push_back(std::move(t));
     }
     if (master_source != nullptr || offload) {
-      const Tensor& source =
-          master_source != nullptr ? master_source->groups()[g].flat : group.flat;
+      const Tensor& source = master_source != nullptr ? master_source->groups()[g].flat
+                             : sharding.has_value()   ? sharding->initial->groups()[g].flat
+                                                      : group.flat;
       if (source.dtype() != DType::kF32 || source.numel() != padded) {
         return absl::InvalidArgumentError(
             absl::StrCat("ZeRO-2: master source group ", group.name, " is not f32[", padded, "]"));
@@ -67,11 +73,17 @@ absl::StatusOr<std::unique_ptr<Zero2State>> Zero2State::Create(ParameterStore& w
     }
   }
   state->open_.resize(groups.size());
+  if (sharding.has_value()) {
+    ASSIGN_OR_RETURN(state->sharded_,
+                     ShardedWeights::Create(weights, *sharding->initial, sharding->dtype, comm,
+                                            backend, state->executor_));
+  }
   return state;
 }
 
 Tensor Zero2State::master_shard(int group) const {
   if (!master_.empty()) return master_[group];
+  if (sharded_ != nullptr) return sharded_->shard(group);  // f32: the compute shard
   const int64_t begin = comm_.rank() * shard_[group];
   return weights_.groups()[group].flat.Rows(begin, begin + shard_[group]);
 }
@@ -94,13 +106,13 @@ absl::StatusOr<Zero2State::GroupBuffer> Zero2State::TakeBuffer(int group) {
     RETURN_IF_ERROR(executor_.WaitFor(cache_ticket_[buffer.slot]));
     Tensor& cached = cache_[buffer.slot];
     if (!cached.defined()) {
-      ASSIGN_OR_RETURN(cached, Tensor::Empty(backend_.allocator(), {layout.flat.numel()},
-                                             DType::kF32, "one-layer gradient cache"));
+      ASSIGN_OR_RETURN(cached, Tensor::Empty(backend_.allocator(), {layout.padded}, DType::kF32,
+                                             "one-layer gradient cache"));
     }
     buffer.tensor = cached;
   } else {
     ASSIGN_OR_RETURN(buffer.tensor,
-                     Tensor::Empty(backend_.allocator(), {layout.flat.numel()}, DType::kF32,
+                     Tensor::Empty(backend_.allocator(), {layout.padded}, DType::kF32,
                                    absl::StrCat("gradient buffer ", layout.name)));
   }
   backend_.Fill(buffer.tensor, 0.0f);
@@ -135,7 +147,7 @@ absl::Status Zero2State::BeginPass() { return AnyRankActive(true).status(); }
 absl::Status Zero2State::Acquire(int group, ModelTensors& grads) {
   CHECK(!open_[group].has_value()) << "group " << group << " acquired twice";
   ASSIGN_OR_RETURN(GroupBuffer buffer, TakeBuffer(group));
-  BindGroupTensors(weights_, group, buffer.tensor.data<float>(), grads);
+  BindGroupTensors(weights_, group, buffer.tensor, grads);
   open_[group] = std::move(buffer);
   return absl::OkStatus();
 }
@@ -191,8 +203,8 @@ absl::Status Zero2State::Step(AdamWParams params, double weight_decay) {
     const Tensor master = master_shard(static_cast<int>(g));
     // Each tensor's part inside [begin, end), with its own weight decay.
     int64_t offset = 0;
-    for (size_t i = 0; i < group.tensors.size(); ++i) {
-      const int64_t n = group.tensors[i].numel();
+    for (size_t i = 0; i < group.specs.size(); ++i) {
+      const int64_t n = NumElements(group.specs[i].shape);
       const int64_t a = std::max(offset, begin), b = std::min(offset + n, end);
       offset += n;
       if (a >= b) continue;
@@ -227,6 +239,13 @@ absl::Status Zero2State::CastMasterIntoComputeShard(int group, Tensor& owned) {
 }
 
 absl::Status Zero2State::PublishWeights() {
+  if (sharded_ != nullptr) {
+    // ZeRO-3: each rank's compute shard is all that changes.
+    for (size_t g = 0; g < shard_.size() && !master_.empty(); ++g) {
+      RETURN_IF_ERROR(CastMasterIntoComputeShard(static_cast<int>(g), sharded_->shard(g)));
+    }
+    return sharded_->Invalidate();
+  }
   const int rank = comm_.rank();
   auto& groups = weights_.groups();
   for (size_t g = 0; g < groups.size(); ++g) {

@@ -30,6 +30,12 @@
 // adds each reduced chunk into host memory, so this takes a communicator
 // that works on host memory (Gloo on the CPU).
 //
+// ZeRO-3 (Create's `sharding`): the compute weights are sharded too
+// (sharded_weights.h): `weights` is then only the layout (it may have no
+// memory), each rank keeps the compute copy of its own elements, the
+// engine gathers a group when it reads it, and a step casts the masters into
+// the rank's compute shard with no all-gather afterwards.
+//
 // Ranks may run different numbers of backward passes in a step (uneven
 // data): each pass starts with an all-reduce of an "active" flag, and a rank
 // that has finished its own passes joins the others' with empty passes
@@ -45,10 +51,17 @@
 #include "kernels/backend.h"
 #include "worker/dist/comm_executor.h"
 #include "worker/dist/communicator.h"
+#include "worker/dist/sharded_weights.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/parameter_store.h"
 
 namespace sbp {
+
+// What ZeRO-3 builds its compute shards from.
+struct WeightSharding {
+  const ParameterStore* initial = nullptr;  // f32 values, the layout's groups
+  DType dtype = DType::kF32;                // the compute dtype
+};
 
 class Zero2State final : public GradientSink {
  public:
@@ -59,7 +72,8 @@ class Zero2State final : public GradientSink {
   // (with `offload`, a host copy of the weights' owned elements).
   static absl::StatusOr<std::unique_ptr<Zero2State>> Create(
       ParameterStore& weights, Communicator& comm, Backend& backend,
-      const ParameterStore* master_source = nullptr, bool offload = false);
+      const ParameterStore* master_source = nullptr, bool offload = false,
+      std::optional<WeightSharding> sharding = std::nullopt);
   ~Zero2State() override;
 
   // GradientSink.
@@ -85,6 +99,8 @@ class Zero2State final : public GradientSink {
   absl::Status RefreshComputeWeights();
 
   int64_t shard_elements(int group) const { return shard_[group]; }
+  // ZeRO-3's compute weights (the engine's weight source); null under ZeRO-2.
+  ShardedWeights* sharded_weights() { return sharded_.get(); }
   bool separate_master() const { return separate_; }
   // The f32 master shard of group `group`: a tensor of its own, or a view of
   // the weights' owned elements.
@@ -136,6 +152,8 @@ class Zero2State final : public GradientSink {
   int next_slot_ = 0;
   std::vector<std::optional<GroupBuffer>> open_;  // buffers handed to the backward
   CommExecutor executor_;
+  // Declared after the executor it queues gathers on, so destroyed first.
+  std::unique_ptr<ShardedWeights> sharded_;
 };
 
 }  // namespace sbp

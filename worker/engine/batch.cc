@@ -94,8 +94,9 @@ absl::StatusOr<BatchResult> RunBatch(Engine& engine, const ModelTensors& weights
   CrossEntropyTokenLoss loss(count > 0 ? 1.0 / static_cast<double>(count) : 0.0);
   for (const TokenSequence& sequence : batch) {
     result.tokens += static_cast<int64_t>(sequence.input_ids.size());
-    // A sequence without valid targets contributes neither loss nor gradient.
-    if (CountValidTargets(sequence) == 0) continue;
+    // A sequence without valid targets contributes neither loss nor gradient
+    // (exactly 0: it still runs under ZeRO-3, whose passes every rank joins).
+    if (CountValidTargets(sequence) == 0 && engine.weight_source() == nullptr) continue;
     ASSIGN_OR_RETURN(const SequenceTensors t, SequenceOnDevice(engine.backend(), sequence));
     double contribution = 0;
     if (grads != nullptr) {

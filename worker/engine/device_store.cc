@@ -8,15 +8,9 @@
 namespace sbp {
 namespace {
 
-// Offset (in elements) of view `t` inside `flat`.
-int64_t OffsetIn(const Tensor& t, const Tensor& flat) {
-  const int64_t bytes =
-      static_cast<const char*>(t.raw_data()) - static_cast<const char*>(flat.raw_data());
-  return bytes / static_cast<int64_t>(DTypeSize(flat.dtype()));
-}
-
-// A copy of `like` whose groups are new buffers of `dtype` from `allocator`
-// (contents uninitialised), with every view at the same offset.
+// A copy of `like` (which may be layout-only) whose groups are new buffers
+// of `dtype` from `allocator` (contents uninitialised), with every view at
+// the same offset.
 absl::StatusOr<ParameterStore> Reallocate(const ParameterStore& like, Allocator& allocator,
                                           DType dtype, absl::string_view what) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
@@ -25,14 +19,9 @@ absl::StatusOr<ParameterStore> Reallocate(const ParameterStore& like, Allocator&
   }
   ParameterStore out = like;
   for (ParameterGroup& group : out.groups()) {
-    const Tensor host_flat = group.flat;
-    ASSIGN_OR_RETURN(group.flat, Tensor::Empty(allocator, host_flat.shape(), dtype,
-                                               absl::StrCat(what, " ", group.name)));
-    for (size_t i = 0; i < group.tensors.size(); ++i) {
-      const Tensor& view = group.tensors[i];
-      const int64_t offset = OffsetIn(view, host_flat);
-      group.tensors[i] = group.flat.Rows(offset, offset + view.numel()).Reshape(view.shape());
-    }
+    ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty(allocator, {group.padded}, dtype,
+                                                absl::StrCat(what, " ", group.name)));
+    group.Attach(std::move(flat));
   }
   return out;
 }

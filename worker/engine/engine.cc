@@ -17,6 +17,7 @@ namespace {
 using engine_internal::Make;
 using engine_internal::MakeF32;
 using engine_internal::NormGradOrDiscard;
+using engine_internal::PassWeights;
 using engine_internal::WithFrozenNorms;
 
 void CheckSequence(const Tensor& ids, const Tensor& targets) {
@@ -152,16 +153,22 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
   const int64_t T = plan.tokens, H = config_.hidden_size;
   DecoderLayer layer(config_, rope_, b);
   layer.set_documents(doc_offsets);
+  PassWeights pass_weights(weight_source_, weights, config_);
+  const ModelTensors& wt = pass_weights.get();
   // Two hidden-state buffers alternate between layer input and output.
   ASSIGN_OR_RETURN(Tensor x, Make(b, {T, H}, "hidden states"));
   ASSIGN_OR_RETURN(Tensor y, Make(b, {T, H}, "hidden states"));
-  b.EmbeddingForward(weights.embed, ids, x);
+  RETURN_IF_ERROR(pass_weights.UseEmbedding());
+  b.EmbeddingForward(wt.embed, ids, x);
+  RETURN_IF_ERROR(pass_weights.Done(0));
   {
     ASSIGN_OR_RETURN(KvBuffers kv, KvBuffers::Allocate(b, config_, T, "forward"));
     ASSIGN_OR_RETURN(ChunkActivations acts,
                      ChunkActivations::Allocate(b, config_, plan.chunk, false, "forward chunk",
                                                 LoraRank(weights)));
-    for (const LayerWeights& w : weights.layers) {
+    for (int l = 0; l < config_.num_hidden_layers; ++l) {
+      RETURN_IF_ERROR(pass_weights.UseLayer(l, /*forward=*/true));
+      const LayerWeights& w = wt.layers[l];
       for (int64_t s = 0; s < T; s += plan.chunk) {
         const int64_t e = std::min(T, s + plan.chunk);
         ChunkActivations a = acts.Rows(e - s);
@@ -170,12 +177,14 @@ absl::StatusOr<double> Engine::Forward(const ModelTensors& weights, const Tensor
         layer.KvForward(w, a, s, kv_rows);
         layer.ChunkForward(w, x.Rows(s, e), s, kv, a, y.Rows(s, e));
       }
+      RETURN_IF_ERROR(pass_weights.DoneLayer(l));
       std::swap(x, y);
     }
   }
-  ASSIGN_OR_RETURN(const double total,
-                   HeadForwardBackward(weights, x, targets, loss, plan.logits_chunk, nullptr,
-                                       nullptr, Tensor()));
+  RETURN_IF_ERROR(pass_weights.UseHead(/*next=*/-1));
+  ASSIGN_OR_RETURN(const double total, HeadForwardBackward(wt, x, targets, loss, plan.logits_chunk,
+                                                           nullptr, nullptr, Tensor()));
+  RETURN_IF_ERROR(pass_weights.DoneHead());
   // An op that found no memory for its scratch did nothing: the loss is void.
   RETURN_IF_ERROR(b.TakeDeferredError());
   return total;
@@ -197,6 +206,8 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   const int64_t lora_rank = LoraRank(weights);
   DecoderLayer layer(config_, rope_, b);
   layer.set_documents(doc_offsets);
+  PassWeights pass_weights(weight_source_, weights, config_);
+  const ModelTensors& wt = pass_weights.get();
 
   // Layer inputs (checkpoints): hidden.at(l) is the input of layer l,
   // hidden.at(L) the final hidden state, on the device or in the store's tier.
@@ -215,11 +226,14 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   // Forward: K/V of a chunk, then its queries (keys up to the chunk end are
   // ready because chunks run in order).
   {
+    RETURN_IF_ERROR(pass_weights.UseEmbedding());
     Tensor embedded = hidden.at(0);
-    b.EmbeddingForward(weights.embed, ids, embedded);
+    b.EmbeddingForward(wt.embed, ids, embedded);
+    RETURN_IF_ERROR(pass_weights.Done(0));
   }
   for (int l = 0; l < L; ++l) {
-    const LayerWeights& w = weights.layers[l];
+    RETURN_IF_ERROR(pass_weights.UseLayer(l, /*forward=*/true));
+    const LayerWeights& w = wt.layers[l];
     const int set = keep_all ? l : 0;
     RETURN_IF_ERROR(hidden.BeforeLayerForward(l));
     const Tensor& x = hidden.at(l);
@@ -232,6 +246,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
       layer.KvForward(w, a, s, kv_rows);
       layer.ChunkForward(w, x.Rows(s, e), s, kv[set], a, y.Rows(s, e));
     }
+    RETURN_IF_ERROR(pass_weights.DoneLayer(l));
   }
 
   // LM head: loss and dL/d(final hidden), chunk by chunk, into d_hidden.
@@ -239,9 +254,11 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
   RETURN_IF_ERROR(BeginHeadGradients(grads));
   ASSIGN_OR_RETURN(Tensor d_hidden, Make(b, {T, H}, "hidden-state gradient"));
   ASSIGN_OR_RETURN(const Tensor discard, FrozenNormGradient(lora_rank));
+  RETURN_IF_ERROR(pass_weights.UseHead(/*next=*/L > 0 ? L : -1));
   ASSIGN_OR_RETURN(double total,
-                   HeadForwardBackward(weights, hidden.at(L), targets, loss, plan.logits_chunk,
+                   HeadForwardBackward(wt, hidden.at(L), targets, loss, plan.logits_chunk,
                                        &d_hidden, &grads, discard));
+  RETURN_IF_ERROR(pass_weights.DoneHead());
   // Layer inputs above the one being differentiated are no longer needed.
   hidden.AfterHead();
   // Before a group's gradients leave (a reduce-scatter under ZeRO-2): an op
@@ -251,7 +268,8 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
 
   ASSIGN_OR_RETURN(KvGrads kv_grads, KvGrads::Allocate(b, config_, T));
   for (int l = L - 1; l >= 0; --l) {
-    const LayerWeights& w = weights.layers[l];
+    RETURN_IF_ERROR(pass_weights.UseLayer(l, /*forward=*/false));
+    const LayerWeights& w = wt.layers[l];
     if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Acquire(1 + l, grads));
     LayerWeights g = WithFrozenNorms(grads.layers[l], discard, config_);
     const int set = keep_all ? l : 0;
@@ -292,6 +310,7 @@ absl::StatusOr<double> Engine::ForwardBackward(const ModelTensors& weights, cons
       acts[l] = ChunkActivations();
     }
     hidden.AfterLayerBackward(l);
+    RETURN_IF_ERROR(pass_weights.DoneLayer(l));
     RETURN_IF_ERROR(EndLayerBackward(l));
   }
   RETURN_IF_ERROR(EmbeddingGradient(ids, d_hidden, grads));

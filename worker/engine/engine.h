@@ -58,6 +58,25 @@ class GradientSink {
   virtual absl::Status Release(int group) = 0;
 };
 
+// Provides a pass's compute weights one group at a time (ZeRO-3,
+// worker/dist/sharded_weights.h: each rank keeps 1/N of every group and
+// all-gathers a group before it is read). Groups are numbered as for
+// GradientSink. Acquire(group, next, weights) binds group `group`'s views in
+// `weights` to memory that holds the whole group until Release(group);
+// `next` (-1: none) is the group the pass acquires after this one, which
+// the source may start gathering now. A pass holds at most one layer group
+// at a time, and releases it before it acquires the next layer. Orders (L
+// layers, e = embed 0, f = final L + 1):
+//   Forward          e, 0 .. L-1, f (tied: f, then e for the head)
+//   ForwardBackward  e, 0 .. L-1, f (tied: f, e), then L-1 .. 0
+// The embedding's backward reads no weights.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual absl::Status Acquire(int group, int next, ModelTensors& weights) = 0;
+  virtual absl::Status Release(int group) = 0;
+};
+
 struct EngineOptions {
   BackwardMode mode = BackwardMode::kStream;
   int64_t chunk_tokens = 0;         // 0: automatic
@@ -126,6 +145,13 @@ class Engine {
   // gradient memory and takes it back when the group is complete.
   void set_gradient_sink(GradientSink* sink) { sink_ = sink; }
 
+  // Without a source (the default) the passes read the weights given to
+  // them; with one, those are a frame (ParameterStore::CreateLayout's views,
+  // LoRA adapters attached) whose groups the source binds while they are in
+  // use. The source must outlive the engine's passes.
+  void set_weight_source(WeightSource* source) { weight_source_ = source; }
+  WeightSource* weight_source() const { return weight_source_; }
+
   // Where training passes keep their layer inputs: null (the default) on
   // the device, else in `store`'s tier (host memory or disk) with two device
   // slots (layer_inputs.h). Results are bit-identical in every tier. The
@@ -189,6 +215,7 @@ class Engine {
   Backend& backend_;
   EngineOptions options_;
   GradientSink* sink_ = nullptr;
+  WeightSource* weight_source_ = nullptr;
   CheckpointStore* checkpoint_store_ = nullptr;
   InterruptCheck interrupt_;
   SequenceGroup* group_ = nullptr;

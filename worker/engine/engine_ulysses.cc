@@ -26,6 +26,7 @@ namespace sbp {
 namespace {
 
 using engine_internal::Make;
+using engine_internal::PassWeights;
 using engine_internal::WithFrozenNorms;
 
 // The sequence as the group runs it: its length rounded up to a multiple of
@@ -112,9 +113,13 @@ absl::StatusOr<double> Engine::ShardedForward(const ModelTensors& weights, const
   DecoderLayer layer(config_, rope_, b);
   layer.set_documents(seq.documents());
   layer.set_sequence_parallel(ulysses);
+  PassWeights pass_weights(weight_source_, weights, config_);
+  const ModelTensors& wt = pass_weights.get();
   ASSIGN_OR_RETURN(Tensor x, Make(b, {n, H}, "hidden states"));
   ASSIGN_OR_RETURN(Tensor y, Make(b, {n, H}, "hidden states"));
-  b.EmbeddingForward(weights.embed, seq.ids.Rows(first, first + n), x);
+  RETURN_IF_ERROR(pass_weights.UseEmbedding());
+  b.EmbeddingForward(wt.embed, seq.ids.Rows(first, first + n), x);
+  RETURN_IF_ERROR(pass_weights.Done(0));
   {
     ASSIGN_OR_RETURN(KvBuffers local_kv, KvBuffers::Allocate(b, config_, plan.chunk, "forward"));
     ASSIGN_OR_RETURN(KvBuffers kv,
@@ -122,7 +127,9 @@ absl::StatusOr<double> Engine::ShardedForward(const ModelTensors& weights, const
     ASSIGN_OR_RETURN(ChunkActivations acts,
                      ChunkActivations::Allocate(b, config_, plan.chunk, false, "forward chunk",
                                                 LoraRank(weights), P));
-    for (const LayerWeights& w : weights.layers) {
+    for (int l = 0; l < config_.num_hidden_layers; ++l) {
+      RETURN_IF_ERROR(pass_weights.UseLayer(l, /*forward=*/true));
+      const LayerWeights& w = wt.layers[l];
       for (int64_t s = 0; s < n; s += plan.chunk) {
         const int64_t e = std::min(n, s + plan.chunk);
         ChunkActivations a = acts.Rows(e - s);
@@ -138,12 +145,15 @@ absl::StatusOr<double> Engine::ShardedForward(const ModelTensors& weights, const
         layer.ChunkForward(w, x.Rows(s, e), first + s, kv, a, y.Rows(s, e));
       }
       RETURN_IF_ERROR(ulysses->TakeError());
+      RETURN_IF_ERROR(pass_weights.DoneLayer(l));
       std::swap(x, y);
     }
   }
+  RETURN_IF_ERROR(pass_weights.UseHead(/*next=*/-1));
   ASSIGN_OR_RETURN(double total,
-                   HeadForwardBackward(weights, x.Rows(0, real), targets.Rows(first, first + real),
-                                       loss, plan.logits_chunk, nullptr, nullptr, Tensor(), first));
+                   HeadForwardBackward(wt, x.Rows(0, real), targets.Rows(first, first + real), loss,
+                                       plan.logits_chunk, nullptr, nullptr, Tensor(), first));
+  RETURN_IF_ERROR(pass_weights.DoneHead());
   RETURN_IF_ERROR(b.TakeDeferredError());
   sequence_bytes_sent_ += ulysses->sent_bytes();
   RETURN_IF_ERROR(group_->Sum(&total, 1));
@@ -170,6 +180,8 @@ absl::StatusOr<double> Engine::ShardedForwardBackward(const ModelTensors& weight
   DecoderLayer layer(config_, rope_, b);
   layer.set_documents(seq.documents());
   layer.set_sequence_parallel(ulysses);
+  PassWeights pass_weights(weight_source_, weights, config_);
+  const ModelTensors& wt = pass_weights.get();
 
   ASSIGN_OR_RETURN(LayerInputs hidden, LayerInputs::Create(b, checkpoint_store_, L, n, H));
   // Full mode keeps every layer's K/V and activations (its one chunk is all
@@ -197,11 +209,14 @@ absl::StatusOr<double> Engine::ShardedForwardBackward(const ModelTensors& weight
   };
 
   {
+    RETURN_IF_ERROR(pass_weights.UseEmbedding());
     Tensor embedded = hidden.at(0);
-    b.EmbeddingForward(weights.embed, local_ids, embedded);
+    b.EmbeddingForward(wt.embed, local_ids, embedded);
+    RETURN_IF_ERROR(pass_weights.Done(0));
   }
   for (int l = 0; l < L; ++l) {
-    const LayerWeights& w = weights.layers[l];
+    RETURN_IF_ERROR(pass_weights.UseLayer(l, /*forward=*/true));
+    const LayerWeights& w = wt.layers[l];
     const int set = keep_all ? l : 0;
     RETURN_IF_ERROR(hidden.BeforeLayerForward(l));
     const Tensor& x = hidden.at(l);
@@ -214,6 +229,7 @@ absl::StatusOr<double> Engine::ShardedForwardBackward(const ModelTensors& weight
       layer.ChunkForward(w, x.Rows(s, e), first + s, kv[set], a, y.Rows(s, e));
     }
     RETURN_IF_ERROR(ulysses->TakeError());
+    RETURN_IF_ERROR(pass_weights.DoneLayer(l));
   }
 
   const int final_group = L + 1;
@@ -226,10 +242,12 @@ absl::StatusOr<double> Engine::ShardedForwardBackward(const ModelTensors& weight
     b.Fill(padding, 0.0f);
   }
   Tensor d_real = d_hidden.Rows(0, real);
+  RETURN_IF_ERROR(pass_weights.UseHead(/*next=*/L > 0 ? L : -1));
   ASSIGN_OR_RETURN(
       double total,
-      HeadForwardBackward(weights, hidden.at(L).Rows(0, real), targets.Rows(first, first + real),
-                          loss, plan.logits_chunk, &d_real, &grads, discard, first));
+      HeadForwardBackward(wt, hidden.at(L).Rows(0, real), targets.Rows(first, first + real), loss,
+                          plan.logits_chunk, &d_real, &grads, discard, first));
+  RETURN_IF_ERROR(pass_weights.DoneHead());
   hidden.AfterHead();
   RETURN_IF_ERROR(b.TakeDeferredError());
   if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Release(final_group));
@@ -238,7 +256,8 @@ absl::StatusOr<double> Engine::ShardedForwardBackward(const ModelTensors& weight
                    UlyssesAttention::AllocateGatheredKvGrads(b, config_, P, seq.tokens));
   ASSIGN_OR_RETURN(KvGrads local_grads, KvGrads::Allocate(b, config_, plan.chunk));
   for (int l = L - 1; l >= 0; --l) {
-    const LayerWeights& w = weights.layers[l];
+    RETURN_IF_ERROR(pass_weights.UseLayer(l, /*forward=*/false));
+    const LayerWeights& w = wt.layers[l];
     if (sink_ != nullptr) RETURN_IF_ERROR(sink_->Acquire(1 + l, grads));
     LayerWeights g = WithFrozenNorms(grads.layers[l], discard, config_);
     const int set = keep_all ? l : 0;
@@ -280,6 +299,7 @@ absl::StatusOr<double> Engine::ShardedForwardBackward(const ModelTensors& weight
       acts[l] = ChunkActivations();
     }
     hidden.AfterLayerBackward(l);
+    RETURN_IF_ERROR(pass_weights.DoneLayer(l));
     RETURN_IF_ERROR(EndLayerBackward(l));
   }
   RETURN_IF_ERROR(EmbeddingGradient(local_ids, d_hidden, grads));

@@ -18,19 +18,27 @@ int64_t RoundUp(int64_t value, int64_t multiple) {
 absl::StatusOr<ParameterStore> ParameterStore::Create(const ModelConfig& config,
                                                       Allocator& allocator, absl::string_view what,
                                                       int64_t pad_multiple) {
-  Layout layout;
-  layout.emplace_back("embed", EmbeddingParameterSpecs(config));
-  for (int i = 0; i < config.num_hidden_layers; ++i) {
-    layout.emplace_back(absl::StrCat("layer.", i), LayerParameterSpecs(config, i));
+  ParameterStore store = CreateLayout(config, pad_multiple);
+  for (ParameterGroup& group : store.groups_) {
+    ASSIGN_OR_RETURN(Tensor flat, Tensor::Zeros(allocator, {group.padded}, DType::kF32,
+                                                absl::StrCat(what, " ", group.name)));
+    group.Attach(std::move(flat));
   }
-  layout.emplace_back("final", FinalParameterSpecs(config));
-  return CreateWithLayout(config, std::move(layout), allocator, what, pad_multiple);
+  return store;
 }
 
-absl::StatusOr<ParameterStore> ParameterStore::CreateWithLayout(const ModelConfig& config,
-                                                                Layout layout, Allocator& allocator,
-                                                                absl::string_view what,
-                                                                int64_t pad_multiple) {
+void ParameterGroup::Attach(Tensor memory) {
+  CHECK_EQ(memory.numel(), padded) << "group " << name;
+  flat = std::move(memory);
+  tensors.clear();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t n = NumElements(specs[i].shape);
+    tensors.push_back(flat.Rows(offsets[i], offsets[i] + n).Reshape(specs[i].shape));
+  }
+}
+
+ParameterStore ParameterStore::BuildLayout(const ModelConfig& config, Layout layout,
+                                           int64_t pad_multiple) {
   CHECK_GE(pad_multiple, 1);
   ParameterStore store;
   store.config_ = config;
@@ -38,19 +46,39 @@ absl::StatusOr<ParameterStore> ParameterStore::CreateWithLayout(const ModelConfi
     ParameterGroup group;
     group.name = group_name;
     group.numel = TotalElements(specs);
-    const int64_t padded = RoundUp(std::max<int64_t>(group.numel, 1), pad_multiple);
-    ASSIGN_OR_RETURN(group.flat, Tensor::Zeros(allocator, {padded}, DType::kF32,
-                                               absl::StrCat(what, " ", group_name)));
+    group.padded = RoundUp(std::max<int64_t>(group.numel, 1), pad_multiple);
     int64_t offset = 0;
     for (const ParamSpec& spec : specs) {
-      const int64_t n = NumElements(spec.shape);
-      group.tensors.push_back(group.flat.Rows(offset, offset + n).Reshape(spec.shape));
       store.index_[spec.name] = {static_cast<int>(store.groups_.size()),
-                                 static_cast<int>(group.tensors.size()) - 1};
-      offset += n;
+                                 static_cast<int>(group.offsets.size())};
+      group.offsets.push_back(offset);
+      offset += NumElements(spec.shape);
     }
     group.specs = std::move(specs);
     store.groups_.push_back(std::move(group));
+  }
+  return store;
+}
+
+ParameterStore ParameterStore::CreateLayout(const ModelConfig& config, int64_t pad_multiple) {
+  Layout layout;
+  layout.emplace_back("embed", EmbeddingParameterSpecs(config));
+  for (int i = 0; i < config.num_hidden_layers; ++i) {
+    layout.emplace_back(absl::StrCat("layer.", i), LayerParameterSpecs(config, i));
+  }
+  layout.emplace_back("final", FinalParameterSpecs(config));
+  return BuildLayout(config, std::move(layout), pad_multiple);
+}
+
+absl::StatusOr<ParameterStore> ParameterStore::CreateWithLayout(const ModelConfig& config,
+                                                                Layout layout, Allocator& allocator,
+                                                                absl::string_view what,
+                                                                int64_t pad_multiple) {
+  ParameterStore store = BuildLayout(config, std::move(layout), pad_multiple);
+  for (ParameterGroup& group : store.groups_) {
+    ASSIGN_OR_RETURN(Tensor flat, Tensor::Zeros(allocator, {group.padded}, DType::kF32,
+                                                absl::StrCat(what, " ", group.name)));
+    group.Attach(std::move(flat));
   }
   return store;
 }
@@ -79,14 +107,16 @@ absl::StatusOr<Tensor> ParameterStore::Find(absl::string_view name) const {
   if (it == index_.end()) {
     return absl::NotFoundError(absl::StrCat("no parameter named '", name, "'"));
   }
-  return groups_[it->second.first].tensors[it->second.second];
+  const ParameterGroup& group = groups_[it->second.first];
+  if (!group.flat.defined()) return Tensor();  // a layout-only store
+  return group.tensors[it->second.second];
 }
 
 std::vector<std::pair<std::string, Tensor>> ParameterStore::NamedTensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const ParameterGroup& group : groups_) {
     for (size_t i = 0; i < group.specs.size(); ++i) {
-      out.emplace_back(group.specs[i].name, group.tensors[i]);
+      out.emplace_back(group.specs[i].name, group.flat.defined() ? group.tensors[i] : Tensor());
     }
   }
   return out;
@@ -94,7 +124,7 @@ std::vector<std::pair<std::string, Tensor>> ParameterStore::NamedTensors() const
 
 void ParameterStore::Zero() {
   for (ParameterGroup& group : groups_) {
-    std::memset(group.flat.raw_data(), 0, group.flat.nbytes());
+    if (group.flat.defined()) std::memset(group.flat.raw_data(), 0, group.flat.nbytes());
   }
 }
 
@@ -104,14 +134,12 @@ int64_t ParameterStore::total_bytes() const {
   return bytes;
 }
 
-ModelTensors BindModelTensors(const ParameterStore& store) {
-  if (store.lora() != nullptr) return BindAdapterTensors(store);
-  const ModelConfig& config = store.config();
-  auto get = [&](const std::string& name) {
-    auto t = store.Find(name);
-    CHECK(t.ok()) << t.status();
-    return *t;
-  };
+namespace {
+
+// The model's named views, each from `get` (an undefined tensor for a name
+// it does not hold).
+template <typename Get>
+ModelTensors BindNamed(const ModelConfig& config, const Get& get) {
   auto get_optional = [&](const std::string& name, bool present) {
     return present ? get(name) : Tensor();
   };
@@ -139,25 +167,40 @@ ModelTensors BindModelTensors(const ParameterStore& store) {
     m.layers.push_back(std::move(w));
   }
   m.final_norm = get("model.norm.weight");
-  m.lm_head = get("lm_head.weight");  // the embedding when tied
+  m.lm_head = get(config.tie_word_embeddings ? "model.embed_tokens.weight"
+                                             : "lm_head.weight");  // the embedding when tied
   return m;
 }
 
-void BindGroupTensors(const ParameterStore& layout, int group, float* base, ModelTensors& out) {
-  const ModelTensors views = BindModelTensors(layout);
-  // The layout may be a bf16 compute copy: offsets are counted in its
-  // elements, then applied to the f32 memory at `base`.
-  const Tensor& flat = layout.groups()[group].flat;
-  const auto* origin = static_cast<const char*>(flat.raw_data());
-  const auto element = static_cast<int64_t>(DTypeSize(flat.dtype()));
-  auto rebase = [&](const Tensor& t) {
-    if (!t.defined()) return Tensor();
-    const int64_t offset = (static_cast<const char*>(t.raw_data()) - origin) / element;
-    return Tensor::Wrap(base + offset, t.shape(), DType::kF32, t.device());
-  };
+}  // namespace
+
+ModelTensors BindModelTensors(const ParameterStore& store) {
+  if (store.lora() != nullptr) return BindAdapterTensors(store);
+  return BindNamed(store.config(), [&](const std::string& name) {
+    auto t = store.Find(name);
+    CHECK(t.ok()) << t.status();
+    return *t;
+  });
+}
+
+void BindGroupTensors(const ParameterStore& layout, int group, const Tensor& memory,
+                      ModelTensors& out) {
   const int L = layout.config().num_hidden_layers;
   out.layers.resize(L);
   if (layout.lora() != nullptr) {
+    // The adapter store always has its memory: views are moved from it to
+    // the same offsets (in its elements) of `memory`.
+    const ModelTensors views = BindModelTensors(layout);
+    const Tensor& flat = layout.groups()[group].flat;
+    const auto* origin = static_cast<const char*>(flat.raw_data());
+    const auto element = static_cast<int64_t>(DTypeSize(flat.dtype()));
+    auto rebase = [&](const Tensor& t) {
+      if (!t.defined()) return Tensor();
+      const int64_t offset = (static_cast<const char*>(t.raw_data()) - origin) / element;
+      char* base = static_cast<char*>(memory.raw_data());
+      return Tensor::Wrap(base + offset * static_cast<int64_t>(DTypeSize(memory.dtype())),
+                          t.shape(), memory.dtype(), memory.device());
+    };
     // Adapters live in the layer groups only.
     if (group != layout.embed_group() && group != layout.final_group()) {
       const LayerAdapters& v = views.layers[group - 1].lora;
@@ -172,12 +215,23 @@ void BindGroupTensors(const ParameterStore& layout, int group, float* base, Mode
     }
     return;
   }
+  // This group's views over `memory`, found by name. They do not own it (as
+  // Wrap's views do not), so that memory its owner frees is not kept alive
+  // by views left in `out`.
+  ParameterGroup bound = layout.groups()[group];
+  bound.Attach(Tensor::Wrap(memory.raw_data(), memory.shape(), memory.dtype(), memory.device()));
+  absl::flat_hash_map<std::string, Tensor> by_name;
+  for (size_t i = 0; i < bound.specs.size(); ++i) by_name[bound.specs[i].name] = bound.tensors[i];
+  const ModelTensors views = BindNamed(layout.config(), [&](const std::string& name) {
+    auto it = by_name.find(name);
+    return it == by_name.end() ? Tensor() : it->second;
+  });
   if (group == layout.embed_group()) {
-    out.embed = rebase(views.embed);
+    out.embed = views.embed;
     if (layout.config().tie_word_embeddings) out.lm_head = out.embed;
   } else if (group == layout.final_group()) {
-    out.final_norm = rebase(views.final_norm);
-    if (!layout.config().tie_word_embeddings) out.lm_head = rebase(views.lm_head);
+    out.final_norm = views.final_norm;
+    if (!layout.config().tie_word_embeddings) out.lm_head = views.lm_head;
   } else {
     const LayerWeights& v = views.layers[group - 1];
     LayerWeights& o = out.layers[group - 1];
@@ -187,7 +241,7 @@ void BindGroupTensors(const ParameterStore& layout, int group, float* base, Mode
           &LayerWeights::v_bias, &LayerWeights::o_proj, &LayerWeights::q_norm,
           &LayerWeights::k_norm, &LayerWeights::post_norm, &LayerWeights::gate_proj,
           &LayerWeights::up_proj, &LayerWeights::down_proj}) {
-      o.*field = rebase(v.*field);
+      o.*field = v.*field;
     }
   }
 }

@@ -26,11 +26,17 @@
 namespace sbp {
 
 struct ParameterGroup {
-  std::string name;   // "embed", "layer.3", "final"
-  Tensor flat;        // [padded_numel] f32
-  int64_t numel = 0;  // elements used by tensors (before padding)
+  std::string name;    // "embed", "layer.3", "final"
+  Tensor flat;         // [padded] (undefined in a layout-only store)
+  int64_t numel = 0;   // elements used by tensors (before padding)
+  int64_t padded = 0;  // numel rounded up to the store's pad multiple
   std::vector<ParamSpec> specs;
-  std::vector<Tensor> tensors;  // views into flat, same order as specs
+  std::vector<int64_t> offsets;  // element offset of each spec's tensor
+  std::vector<Tensor> tensors;   // views into flat, same order as specs
+
+  // Makes `memory` ([padded], any dtype) the group's flat buffer and binds
+  // the tensor views into it.
+  void Attach(Tensor memory);
 };
 
 class ParameterStore {
@@ -49,6 +55,12 @@ class ParameterStore {
   // the store is charged to `allocator`.
   static absl::StatusOr<ParameterStore> Load(const std::string& dir, Allocator& allocator,
                                              absl::string_view what, int64_t pad_multiple = 1);
+
+  // The groups, names, offsets and padding of Create's store without any
+  // memory: every flat buffer and view undefined (Find answers an undefined
+  // tensor). ZeRO-3 (worker/dist/sharded_weights.h) keeps its weights this
+  // way and binds a group's views only while the group is gathered.
+  static ParameterStore CreateLayout(const ModelConfig& config, int64_t pad_multiple = 1);
 
   // Zero-filled groups with the given tensors (group name, specs), in order.
   // The group numbering above (embed, layers, final) is the caller's to keep.
@@ -71,7 +83,8 @@ class ParameterStore {
   int final_group() const { return static_cast<int>(groups_.size()) - 1; }
 
   // Tensor by Hugging Face name; NotFound names it. For tied models
-  // "lm_head.weight" resolves to the embedding.
+  // "lm_head.weight" resolves to the embedding. Undefined in a group that
+  // has no memory (CreateLayout).
   absl::StatusOr<Tensor> Find(absl::string_view name) const;
   // Every tensor with its Hugging Face name, in order (tied head excluded).
   std::vector<std::pair<std::string, Tensor>> NamedTensors() const;
@@ -81,6 +94,9 @@ class ParameterStore {
   int64_t total_bytes() const;
 
  private:
+  // The groups of `layout` with their offsets and padding, no memory.
+  static ParameterStore BuildLayout(const ModelConfig& config, Layout layout, int64_t pad_multiple);
+
   ModelConfig config_;
   std::vector<ParameterGroup> groups_;
   absl::flat_hash_map<std::string, std::pair<int, int>> index_;  // name -> (group, slot)
@@ -125,8 +141,11 @@ struct ModelTensors {
 ModelTensors BindModelTensors(const ParameterStore& store);
 
 // Binds the fields of `out` that belong to group `group` of `layout` to views
-// over `base`, memory with that group's layout (the ZeRO-2 gradient cache).
-void BindGroupTensors(const ParameterStore& layout, int group, float* base, ModelTensors& out);
+// over `memory`, [padded] elements of any dtype with that group's layout
+// (the ZeRO-2 gradient cache in f32, a ZeRO-3 gathered group in the compute
+// dtype). `layout` may be a layout-only store, except for LoRA adapters.
+void BindGroupTensors(const ParameterStore& layout, int group, const Tensor& memory,
+                      ModelTensors& out);
 
 // Copies host tensors (e.g. loaded from safetensors) into `store` by name;
 // every tensor of the store must be given with the right shape.

@@ -247,6 +247,12 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
                                    ") (got ", r.sequence_parallel, ")"));
   }
   RETURN_IF_ERROR(CheckSequenceParallel(r.config, r.sequence_parallel, "sequence_parallel"));
+  if (r.shard_weights && r.world_size == 1) {
+    return FieldError("shard_weights", "ZeRO-3 shards the weights over workers: world_size > 1");
+  }
+  if (r.shard_weights && r.lora.enabled()) {
+    return FieldError("shard_weights", "ZeRO-3 is not supported with LoRA");
+  }
   return absl::OkStatus();
 }
 

@@ -132,6 +132,14 @@
 // The no-grad passes of DPO/GRPO add a forward's worth each, which the
 // figure leaves out.
 //
+// ZeRO-3 (shard_weights, N > 1; worker/dist/sharded_weights.h): `weights`
+// gives way to `weight_shards` (each group / N in the compute dtype) and
+// `gathered_layer_weights`, two layer-group buffers (min(2, L)) kept from
+// the first pass on; the lm_head phase adds `gathered_edge_weights`, the
+// final group (and, tied, the embedding group) gathered for the head. The
+// embedding's gather at the start of a pass is no larger than the final
+// group's, so it never sets the peak.
+//
 // Packed sequences (packed_documents > 1) hold the same buffers as one
 // sequence of seq_len tokens: K/V, chunks and logits do not depend on where
 // documents start, so packing changes time (attention within documents), not
@@ -194,6 +202,9 @@ struct PlanRequest {
   // Ranks of a sequence-parallel group (Ulysses, see above): the plan is one
   // rank's; seq_len stays the whole sequence. 1: none.
   int64_t sequence_parallel = 1;
+  // ZeRO-3 (world_size > 1): the compute weights sharded too, gathered a
+  // group at a time (see above).
+  bool shard_weights = false;
 };
 
 // One named share of the peak.

@@ -171,6 +171,7 @@ StepShape ShapeOf(const PlanRequest& r) {
   s.tier = r.checkpoint_tier;
   s.optimizer_offload = r.optimizer_offload;
   s.optimizer_state = r.optimizer_state;
+  s.shard_weights = r.shard_weights && s.N > 1;
   return s;
 }
 
@@ -184,14 +185,25 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
     ledger.Add(name, copies, s.final_group / divisor, bytes);
   };
   const std::string base_params = absl::StrCat(P, " parameters");
-  groups("weights", 1, 1, s.weight_bytes);
   const bool lora = s.lora_r > 0;
-  ledger.SetDetail(
-      "weights", absl::StrCat(base_params, ", ", DTypeLabel(s.weight_bytes),
-                              lora      ? ", frozen"
-                              : s.N > 1 ? absl::StrCat(", all-gathered in place as ",
-                                                       DTypeLabel(s.weight_bytes), " after a step")
-                                        : std::string()));
+  if (s.shard_weights) {
+    groups("weight_shards", 1, s.N, s.weight_bytes);
+    ledger.SetDetail("weight_shards", absl::StrCat("1/", s.N, " of ", base_params, ", ",
+                                                   DTypeLabel(s.weight_bytes), " (ZeRO-3)"));
+    const int64_t slots = std::min<int64_t>(2, s.L);
+    ledger.Add("gathered_layer_weights", slots, s.layer_group, s.weight_bytes);
+    ledger.SetDetail("gathered_layer_weights",
+                     absl::StrCat(slots, " x [", s.layer_group, "] ", DTypeLabel(s.weight_bytes),
+                                  " (the layer read and the next)"));
+  } else {
+    groups("weights", 1, 1, s.weight_bytes);
+    ledger.SetDetail("weights", absl::StrCat(base_params, ", ", DTypeLabel(s.weight_bytes),
+                                             lora      ? ", frozen"
+                                             : s.N > 1 ? absl::StrCat(", all-gathered in place as ",
+                                                                      DTypeLabel(s.weight_bytes),
+                                                                      " after a step")
+                                                       : std::string()));
+  }
   // The trained parameters: the model's groups, or LoRA's adapter groups.
   const int64_t embed_group = lora ? s.adapter_edge_group : s.embed_group;
   const int64_t layer_group = lora ? s.adapter_layer_group : s.layer_group;
@@ -418,6 +430,14 @@ Ledger PhaseActivations(const StepShape& s, Phase phase) {
   if (s.lora_r > 0) {  // the frozen norms' weight-gradient sink
     ledger.Add("frozen_norm_sink", 1, std::max(s.H, s.q / s.Hq), kF32);
     ledger.SetDetail("frozen_norm_sink", absl::StrCat("[", std::max(s.H, s.q / s.Hq), "] f32"));
+  }
+  if (phase == Phase::kLmHead && s.shard_weights) {
+    ledger.Add("gathered_edge_weights", 1, s.final_group, s.weight_bytes);
+    if (s.tied) ledger.Add("gathered_edge_weights", 1, s.embed_group, s.weight_bytes);
+    ledger.SetDetail("gathered_edge_weights",
+                     absl::StrCat("[", s.final_group, "]", s.tied ? " + [" : "",
+                                  s.tied ? absl::StrCat(s.embed_group, "]") : "", " ",
+                                  DTypeLabel(s.weight_bytes), " (the head's groups)"));
   }
   if (phase == Phase::kLmHead) {
     ledger.Add("head_temporaries", 1, s.LC * s.H, s.act_bytes);  // normed hidden

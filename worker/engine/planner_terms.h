@@ -80,6 +80,7 @@ struct StepShape {
   CheckpointTier tier = CheckpointTier::kDevice;
   bool optimizer_offload = false;
   bool optimizer_state = true;
+  bool shard_weights = false;  // ZeRO-3 (only with N > 1)
 };
 
 // The sizes of `request` with chunks already chosen (0 in the request: the

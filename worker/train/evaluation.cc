@@ -62,9 +62,20 @@ absl::StatusOr<EvalResult> Evaluator::Run(Engine& engine, const ModelTensors& we
     block.clear();
     return absl::OkStatus();
   };
-  for (int64_t i = rank; i < examples_; i += world_size) {
+  int64_t mine = 0;
+  for (int64_t i = rank; i < examples_; i += world_size, ++mine) {
     block.push_back(dataset_.SftAt(i));
     if (static_cast<int64_t>(block.size()) == kEvalBlock) RETURN_IF_ERROR(flush());
+  }
+  // ZeRO-3 gathers weights in every pass, with every rank: a rank one
+  // example short runs a one-token sequence, which has no target and adds
+  // nothing to the loss.
+  const int64_t most = (examples_ + world_size - 1) / world_size;
+  if (engine.weight_source() != nullptr && mine < most) {
+    TokenSequence empty;
+    empty.input_ids = {0};
+    empty.labels = {-100};
+    block.push_back(std::move(empty));
   }
   RETURN_IF_ERROR(flush());
   if (comm != nullptr && world_size > 1) RETURN_IF_ERROR(comm->AllReduce(&loss, 1, ReduceOp::kSum));

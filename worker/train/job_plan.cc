@@ -32,6 +32,7 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
   r.device = spec.resources.device;
   r.optimizer_state = true;
   r.optimizer_offload = spec.train.optimizer_offload;
+  r.shard_weights = spec.train.zero_stage == 3;
   // `auto` plans the device tier until the worker resolves it
   // (ChooseCheckpointTier), which then sets the tier it chose.
   r.checkpoint_tier = spec.streambp.offload.checkpoints.value_or(CheckpointTier::kDevice);

@@ -212,7 +212,8 @@ const std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>&
           {"train",
            {"steps", "sequences_per_step", "micro_batch_sequences", "lr", "schedule",
             "warmup_steps", "min_lr_ratio", "weight_decay", "beta1", "beta2", "betas", "eps",
-            "max_grad_norm", "seed", "precision", "epochs", "shuffle", "optimizer_offload"}},
+            "max_grad_norm", "seed", "precision", "epochs", "shuffle", "optimizer_offload",
+            "zero_stage"}},
           {"dpo", {"beta", "reference"}},
           {"grpo", {"beta", "epsilon", "loss", "reference"}},
           {"resources", {"world_size", "sequence_parallel", "device", "memory"}},
@@ -442,6 +443,17 @@ absl::Status ReadString(const Reader& r, const Block& b, absl::string_view key, 
   }
   // The stored JSON form could not hold other bytes unchanged.
   if (!IsValidUtf8(node.Scalar())) return r.Got(b.Path(key), "must be valid UTF-8 text", node);
+  // A raw line break or other control byte does not survive the YAML form
+  // (a plain scalar loses a trailing CR), and no name or path needs one.
+  // NUL is left to ReadPath, which says why a path cannot hold it.
+  for (size_t i = 0; i < node.Scalar().size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(node.Scalar()[i]);
+    if (c != 0 && (c < 0x20 || c == 0x7f)) {
+      return r.Error(b.Path(key),
+                     absl::StrCat("must not hold control characters (byte 0x",
+                                  absl::Hex(c, absl::kZeroPad2), " at offset ", i, ")"));
+    }
+  }
   out = node.Scalar();
   return absl::OkStatus();
 }
@@ -709,6 +721,10 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   RETURN_IF_ERROR(ReadNonNegativeInt(r, tb, "epochs", kMaxSpecSteps, t.epochs));
   RETURN_IF_ERROR(ReadBool(r, tb, "shuffle", t.shuffle));
   RETURN_IF_ERROR(ReadBool(r, tb, "optimizer_offload", t.optimizer_offload));
+  RETURN_IF_ERROR(ReadInt(r, tb, "zero_stage", 2, 3,
+                          "must be 2 (sharded gradients and optimizer state) or 3 (the compute "
+                          "weights sharded too)",
+                          t.zero_stage));
 
   // dpo, grpo: always read, so that their defaults are filled in.
   ASSIGN_OR_RETURN(Block db, Block::Make(r, top.Get("dpo"), "dpo"));
@@ -794,6 +810,38 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
         tb.Has("sequences_per_step") ? tb.Get("sequences_per_step")
                                      : YAML::Node(t.sequences_per_step));
   }
+  if (t.zero_stage == 3 && s.resources.world_size == 1) {
+    return r.Error(tb.Path("zero_stage"),
+                   "3 shards the compute weights over the job's workers; it needs "
+                   "resources.world_size > 1");
+  }
+  // Under ZeRO-3 every pass gathers weights with all ranks, so every rank
+  // must run the same passes: the same number of examples, each a fixed
+  // number of passes (not GRPO's groups of any size, nor packed sequences).
+  if (t.zero_stage == 3 && t.sequences_per_step % groups != 0) {
+    return r.Got(tb.Path("sequences_per_step"),
+                 absl::StrCat("must be a multiple of the ", groups,
+                              " data-parallel groups under train.zero_stage: 3 (every worker "
+                              "runs the same passes)"),
+                 tb.Has("sequences_per_step") ? tb.Get("sequences_per_step")
+                                              : YAML::Node(t.sequences_per_step));
+  }
+  if (t.zero_stage == 3 && s.objective == Objective::kGrpo) {
+    return r.Error(tb.Path("zero_stage"),
+                   "3 is not supported with objective grpo yet (its groups hold different "
+                   "numbers of completions, and under ZeRO-3 every worker must run the same "
+                   "passes; use 2)");
+  }
+  if (t.zero_stage == 3 && s.data_packing) {
+    return r.Error(tb.Path("zero_stage"),
+                   "3 is not supported with data.packing yet (workers would run different "
+                   "numbers of packed sequences; use 2)");
+  }
+  if (t.zero_stage == 3 && s.lora.enabled()) {
+    return r.Error(tb.Path("zero_stage"),
+                   "3 is not supported with lora yet (LoRA keeps the frozen base whole on each "
+                   "worker; use 2)");
+  }
   if (t.precision == Precision::kBf16 && s.resources.device != DeviceKind::kCuda) {
     return r.Error(tb.Path("precision"),
                    "bf16 needs resources.device: cuda (the CPU backend computes in fp32)");
@@ -839,6 +887,8 @@ Json ToJsonValue(const JobSpec& s) {
                 {"epochs", t.epochs},
                 {"shuffle", t.shuffle},
                 {"optimizer_offload", t.optimizer_offload}};
+  // Written only when set, as resources.sequence_parallel below.
+  if (t.zero_stage != 2) j["train"]["zero_stage"] = t.zero_stage;
   j["dpo"] = {{"beta", s.dpo.beta}, {"reference", s.dpo.reference}};
   j["grpo"] = {{"beta", s.grpo.beta},
                {"epsilon", s.grpo.epsilon},

@@ -106,6 +106,11 @@ struct TrainSpec {
   // by the CPU (ZeRO-Offload style); the device keeps the compute weights and
   // a one-layer gradient cache.
   bool optimizer_offload = false;
+  // 2: ZeRO-2 (gradients and optimizer state sharded over the workers, full
+  // compute weights on each); 3: ZeRO-3, the compute weights sharded too and
+  // all-gathered one parameter group at a time as the engine reads them
+  // (worker/dist/sharded_weights.h). Needs world_size > 1; same results.
+  int64_t zero_stage = 2;
   bool operator==(const TrainSpec&) const = default;
 };
 

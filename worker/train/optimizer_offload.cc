@@ -170,7 +170,7 @@ class OffloadedOptimizerState final : public OptimizerState, public GradientSink
                                                                  weights_.groups()[group].name)));
       RETURN_IF_ERROR(Start(group, buffer.tensor));
     }
-    BindGroupTensors(weights_, group, buffer.tensor.data<float>(), grads);
+    BindGroupTensors(weights_, group, buffer.tensor, grads);
     open_[group] = std::move(buffer);
     return absl::OkStatus();
   }

@@ -136,7 +136,14 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(
   CHECK(options.weights != nullptr && options.initial != nullptr);
   ParameterStore& weights = *options.weights;
   const bool f32_compute =
-      weights.groups().empty() || weights.groups()[0].flat.dtype() == DType::kF32;
+      options.shard_weights
+          ? options.compute_dtype == DType::kF32
+          : weights.groups().empty() || weights.groups()[0].flat.dtype() == DType::kF32;
+  if (options.shard_weights && options.comm == nullptr) {
+    return absl::InvalidArgumentError(
+        "train.zero_stage: 3 shards the compute weights over the job's workers; it needs "
+        "resources.world_size > 1");
+  }
   if (!f32_compute && !options.separate_master) {
     return absl::InvalidArgumentError("a bf16 compute copy needs separate fp32 master weights");
   }
@@ -150,11 +157,14 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(
       return absl::FailedPreconditionError(
           "optimizer offload with world_size > 1 on cuda is not supported yet");
     }
-    ASSIGN_OR_RETURN(
-        std::unique_ptr<Zero2State> zero,
-        Zero2State::Create(weights, *options.comm, backend,
-                           options.separate_master ? options.initial : nullptr, options.offload));
+    std::optional<WeightSharding> sharding;
+    if (options.shard_weights) sharding = WeightSharding{options.initial, options.compute_dtype};
+    ASSIGN_OR_RETURN(std::unique_ptr<Zero2State> zero,
+                     Zero2State::Create(weights, *options.comm, backend,
+                                        options.separate_master ? options.initial : nullptr,
+                                        options.offload, sharding));
     engine.set_gradient_sink(zero.get());
+    engine.set_weight_source(zero->sharded_weights());
     return std::unique_ptr<OptimizerState>(
         new Zero2OptimizerState(weights, std::move(zero), train, options.offload));
   }

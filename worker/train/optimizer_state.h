@@ -79,6 +79,11 @@ struct OptimizerStateOptions {
   // (optimizer_offload.h; under ZeRO-2 the owned shards). Not yet with
   // ZeRO-2 on CUDA (FailedPrecondition).
   bool offload = false;
+  // ZeRO-3 (needs `comm`): `weights` is a layout-only store and each rank
+  // keeps its shard of the compute copy, in `compute_dtype`, built from
+  // `initial`; the engine gets it as its weight source.
+  bool shard_weights = false;
+  DType compute_dtype = DType::kF32;
 };
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(

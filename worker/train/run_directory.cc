@@ -76,11 +76,12 @@ std::string TrajectoryHash(const JobSpec& spec) {
   j["train"].erase("steps");
   j["resources"].erase("memory");
   j["resources"].erase("device");  // the same job may move between devices of a kind
-  // Where checkpoints and optimizer state live changes no bit of the
+  // Where checkpoints, optimizer state and compute weights live changes no bit of the
   // trajectory (and leaves the hash of runs made before the tiers existed as
   // it was): a run may resume with another tier.
   j["streambp"].erase("offload");
   j["train"].erase("optimizer_offload");
+  j["train"].erase("zero_stage");  // ZeRO-3 gives ZeRO-2's bits (zero3_training_test)
   return absl::StrFormat("%016x", Fnv1a(j.dump()));
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -47,10 +48,23 @@ absl::Status SaveShardedCheckpoint(const CheckpointSink& sink, const ParameterSt
                                    Zero2State& zero, const TrainerState& state, int64_t keep_last) {
   Communicator& comm = zero.communicator();
   Backend& backend = zero.backend();
+  CpuAllocator host;
+  // ZeRO-3: rank 0 writes weights no rank holds whole; every rank takes part
+  // in gathering them, group by group, into rank 0's host copy.
+  std::optional<ParameterStore> gathered;
+  if (ShardedWeights* sharded = zero.sharded_weights()) {
+    RETURN_IF_ERROR(OnRankZero(comm, [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(gathered, HostStoreLike(weights, host, "checkpoint weights"));
+      return absl::OkStatus();
+    }));
+    for (size_t g = 0; g < weights.groups().size(); ++g) {
+      RETURN_IF_ERROR(sharded->GatherToHost(static_cast<int>(g),
+                                            gathered ? gathered->groups()[g].flat : Tensor()));
+    }
+  }
   const std::string staging = CheckpointStagingPath(sink, state.step);
   RETURN_IF_ERROR(OnRankZero(comm, [&] { return PrepareCheckpointStaging(sink, state.step); }));
 
-  CpuAllocator host;
   const bool masters = CheckpointNeedsMasters(weights.config(), zero.separate_master());
   NamedTensors shards;
   const auto& groups = weights.groups();
@@ -89,7 +103,9 @@ absl::Status SaveShardedCheckpoint(const CheckpointSink& sink, const ParameterSt
   }
   return OnRankZero(comm, [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const ParameterStore host_weights,
-                     HostCopyOfStore(weights, backend, host, "checkpoint weights"));
+                     gathered.has_value()
+                         ? absl::StatusOr<ParameterStore>(*std::move(gathered))
+                         : HostCopyOfStore(weights, backend, host, "checkpoint weights"));
     return DropStagingOnError(
         [&]() -> absl::Status {
           RETURN_IF_ERROR(WriteCheckpointModelAndState(sink, staging, host_weights, state));

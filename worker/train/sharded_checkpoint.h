@@ -7,6 +7,8 @@
 // (the compute copy, identical on every rank after the step's all-gather)
 // and the trainer state and commits; all-reduces order the phases and give
 // every rank rank 0's outcome, so every rank returns the same verdict.
+// Under ZeRO-3 (Zero2State::sharded_weights) the weights are first gathered
+// group by group into rank 0's host memory, with every rank taking part.
 // Shards on a GPU pass through host memory on their way to and from disk.
 #pragma once
 

@@ -334,8 +334,15 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   ASSIGN_OR_RETURN(ParameterStore initial,
                    ParameterStore::Load(ResolveJobPath(options.base_dir, spec.model), staging,
                                         "weights", world_size));
-  ASSIGN_OR_RETURN(ParameterStore weights,
-                   CopyStoreToDevice(initial, backend, compute_dtype, "weights"));
+  // ZeRO-3 keeps no whole compute copy: the layout here, each rank's shard
+  // with the optimizer (sharded_weights.h).
+  const bool shard_weights = spec.train.zero_stage == 3;
+  ParameterStore weights;
+  if (shard_weights) {
+    weights = ParameterStore::CreateLayout(initial.config(), world_size);
+  } else {
+    ASSIGN_OR_RETURN(weights, CopyStoreToDevice(initial, backend, compute_dtype, "weights"));
+  }
   const ModelConfig config = weights.config();
   RETURN_IF_ERROR(CheckModelRunsOn(config, backend));
   RETURN_IF_ERROR(CheckSequenceParallel(config, sequence_parallel));
@@ -361,6 +368,8 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   state_options.separate_master = separate_master;
   state_options.comm = comm.get();
   state_options.offload = spec.train.optimizer_offload;
+  state_options.shard_weights = shard_weights;
+  state_options.compute_dtype = compute_dtype;
   ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                    CreateOptimizerState(state_options, backend, spec.train, engine));
   initial = ParameterStore();  // the host copy is no longer needed

@@ -80,7 +80,8 @@ absl::StatusOr<DpoResult> RunDpo(Engine& engine, const ModelTensors& policy,
       const std::pair<const TokenSequence*, double> sides[2] = {{&pair.chosen, c},
                                                                 {&pair.rejected, -c}};
       for (const auto& [sequence, coefficient] : sides) {
-        if (CountValidTargets(*sequence) == 0) continue;
+        // No target, no gradient (ZeRO-3 runs the pass all the same: batch.cc).
+        if (CountValidTargets(*sequence) == 0 && engine.weight_source() == nullptr) continue;
         WeightedLogProbLoss loss(ResponseCoefficients(*sequence, coefficient));
         RETURN_IF_ERROR(RunTokenLoss(engine, policy, *sequence, loss, grads).status());
       }
