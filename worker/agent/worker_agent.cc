@@ -656,8 +656,13 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
                  << ": last progress not delivered: " << reporter.last_error().message();
   }
   if (reporter.aborted() || superseded) {
+    // The attempt's own failure (a collective that outlived its peer) is
+    // still worth a line: it is what an operator reads on this worker.
     LOG(WARNING) << "job " << assignment.job_id() << " attempt " << assignment.attempt()
-                 << " is over at the coordinator; dropped it";
+                 << " is over at the coordinator; dropped it"
+                 << (summary.ok()
+                         ? std::string()
+                         : absl::StrCat(" (here it had failed: ", summary.status().message(), ")"));
     return;
   }
   if (summary.ok() && summary->stopped_early && !reporter.cancel_requested() &&

@@ -2,14 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/engine/device_store.h"
 
 namespace sbp {
 
 ShardedWeights::ShardedWeights(const ParameterStore& layout, Communicator& comm, Backend& backend,
                                CommExecutor& executor, DType dtype)
-    : layout_(layout), comm_(comm), backend_(backend), executor_(executor), dtype_(dtype) {
-  edge_.resize(2);
-}
+    : layout_(layout), comm_(comm), backend_(backend), executor_(executor), dtype_(dtype) {}
 
 ShardedWeights::~ShardedWeights() { executor_.WaitAll().IgnoreError(); }
 
@@ -37,16 +36,7 @@ absl::StatusOr<std::unique_ptr<ShardedWeights>> ShardedWeights::Create(
     Tensor owned = source.Rows(rank * shard, (rank + 1) * shard);
     ASSIGN_OR_RETURN(Tensor compute, Tensor::Empty(backend.allocator(), {shard}, dtype,
                                                    absl::StrCat("weight shard ", group.name)));
-    if (dtype == DType::kF32) {
-      backend.Copy(owned, compute);
-    } else {
-      // Staged in f32 on the device, then rounded there.
-      ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(backend.allocator(), {shard}, DType::kF32,
-                                                    "weight shard staging"));
-      backend.Copy(owned, staged);
-      backend.Cast(staged, compute);
-      backend.Synchronize();  // before the staging buffer is released
-    }
+    RETURN_IF_ERROR(CopyRoundedInto(owned, backend, compute, "weight shard staging"));
     weights->shards_.push_back(std::move(compute));
   }
   return weights;
@@ -58,7 +48,7 @@ bool ShardedWeights::is_layer(int group) const {
 
 ShardedWeights::Buffer* ShardedWeights::Find(int group) {
   if (!is_layer(group)) {
-    Buffer& edge = edge_[group == layout_.embed_group() ? 0 : 1];
+    Buffer& edge = edge_buffer(group);
     return edge.group == group ? &edge : nullptr;
   }
   for (Buffer& slot : slots_) {
@@ -97,7 +87,7 @@ absl::StatusOr<ShardedWeights::Buffer*> ShardedWeights::StartGather(int group) {
                                                      "gathered layer weights"));
     }
   } else {
-    buffer = &edge_[group == layout_.embed_group() ? 0 : 1];
+    buffer = &edge_buffer(group);
     ASSIGN_OR_RETURN(buffer->memory, Tensor::Empty(backend_.allocator(), {layout.padded}, dtype_,
                                                    absl::StrCat("gathered weights ", layout.name)));
   }
@@ -143,14 +133,7 @@ absl::Status ShardedWeights::GatherToHost(int group, Tensor out) {
                                                   absl::StrCat("checkpoint gather ", layout.name)));
   RETURN_IF_ERROR(executor_.WaitFor(QueueGather(group, gathered)));
   if (!out.defined()) return absl::OkStatus();
-  if (dtype_ == DType::kF32) {
-    backend_.Copy(gathered, out);
-  } else {
-    ASSIGN_OR_RETURN(Tensor widened, Tensor::Empty(backend_.allocator(), {layout.padded},
-                                                   DType::kF32, "checkpoint gather f32"));
-    backend_.Cast(gathered, widened);
-    backend_.Copy(widened, out);
-  }
+  RETURN_IF_ERROR(CopyWidenedToHost(gathered, backend_, out));
   backend_.Synchronize();  // before the device buffers are released
   return absl::OkStatus();
 }

@@ -90,8 +90,11 @@ class ShardedWeights final : public WeightSource {
   CommExecutor& executor_;
   const DType dtype_;
   std::vector<Tensor> shards_;
-  Buffer slots_[2];           // layers
-  std::vector<Buffer> edge_;  // embed (index 0) and final (index 1)
+  // The embedding's or the final group's own buffer.
+  Buffer& edge_buffer(int group) { return edge_[group == layout_.embed_group() ? 0 : 1]; }
+
+  Buffer slots_[2];  // layers
+  Buffer edge_[2];   // embed, final
   int64_t uses_ = 0;
 };
 

@@ -47,17 +47,35 @@ absl::Status CopyStoreInto(const ParameterStore& host, Backend& backend, Paramet
                                                      " is ", src.DebugString(), " and ",
                                                      dst.DebugString()));
     }
-    if (src.dtype() == dst.dtype()) {
-      backend.Copy(src, dst);
-      continue;
-    }
-    // Stage the f32 values on the device, then round them there.
-    ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(backend.allocator(), src.shape(), src.dtype(),
-                                                  absl::StrCat(host.groups()[g].name, " staging")));
-    backend.Copy(src, staged);
-    backend.Cast(staged, dst);
-    backend.Synchronize();  // before the staging buffer is released
+    RETURN_IF_ERROR(
+        CopyRoundedInto(src, backend, dst, absl::StrCat(host.groups()[g].name, " staging")));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CopyRoundedInto(const Tensor& src, Backend& backend, Tensor& dst,
+                             absl::string_view what) {
+  if (src.dtype() == dst.dtype()) {
+    backend.Copy(src, dst);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(Tensor staged,
+                   Tensor::Empty(backend.allocator(), src.shape(), src.dtype(), std::string(what)));
+  backend.Copy(src, staged);
+  backend.Cast(staged, dst);
+  backend.Synchronize();  // before the staging buffer is released
+  return absl::OkStatus();
+}
+
+absl::Status CopyWidenedToHost(const Tensor& src, Backend& backend, Tensor& dst) {
+  if (src.dtype() == dst.dtype()) {
+    backend.Copy(src, dst);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(backend.allocator(), src.shape(), dst.dtype(),
+                                                "gradient staging"));
+  backend.Cast(src, staged);
+  backend.Copy(staged, dst);
   return absl::OkStatus();
 }
 
@@ -101,14 +119,7 @@ absl::Status CopyStoreToHost(const ParameterStore& device, Backend& backend, Par
           absl::StrCat("CopyStoreToHost: group ", host.groups()[g].name, " is ", src.DebugString(),
                        " on the device and ", dst.DebugString(), " on the host"));
     }
-    if (src.dtype() == dst.dtype()) {
-      backend.Copy(src, dst);
-      continue;
-    }
-    ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(backend.allocator(), src.shape(), dst.dtype(),
-                                                  "gradient staging"));
-    backend.Cast(src, staged);
-    backend.Copy(staged, dst);
+    RETURN_IF_ERROR(CopyWidenedToHost(src, backend, dst));
   }
   return absl::OkStatus();
 }

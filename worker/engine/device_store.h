@@ -13,6 +13,16 @@
 
 namespace sbp {
 
+// dst <- src, where src is f32 (host or device memory) and dst a device
+// tensor of the same size in f32 or bf16: a bf16 dst gets the f32 values
+// staged on the device (an allocation named `what`), then rounded there.
+absl::Status CopyRoundedInto(const Tensor& src, Backend& backend, Tensor& dst,
+                             absl::string_view what);
+
+// host f32 dst <- device src of the same size (f32, or bf16 widened on the
+// device first).
+absl::Status CopyWidenedToHost(const Tensor& src, Backend& backend, Tensor& dst);
+
 // A device store holding `host`'s values rounded to `dtype` (f32 or bf16).
 // A host backend gets a plain copy in f32.
 absl::StatusOr<ParameterStore> CopyStoreToDevice(const ParameterStore& host, Backend& backend,
