@@ -165,6 +165,17 @@ int RunShards(const ShardsOptions& o) {
 
 }  // namespace
 
+int PrepareTextPrompts(const std::string& tokenizer, const std::string& input,
+                       const std::string& out) {
+  PrepareOptions o;
+  o.input = input;
+  o.tokenizer = tokenizer;
+  o.out = out;
+  o.format = "prompt";
+  o.no_progress = true;
+  return RunPrepare(o);
+}
+
 void AddDataCommand(CLI::App& app, int* exit_code) {
   CLI::App* data = app.add_subcommand("data", "dataset tools: tokenize text, write token shards");
   data->require_subcommand(1);
@@ -181,7 +192,7 @@ void AddDataCommand(CLI::App& app, int* exit_code) {
   prepare
       ->add_option("--format", prepare_options->format,
                    "input shape (default: detected from the first record)")
-      ->check(CLI::IsMember({"text", "prompt-completion", "chat", "dpo", "grpo"}));
+      ->check(CLI::IsMember({"text", "prompt-completion", "chat", "dpo", "grpo", "prompt"}));
   prepare->add_flag("--shards", prepare_options->shards, "write a token shard file, not JSONL");
   prepare
       ->add_option("--max-seq-len", prepare_options->max_seq_len,

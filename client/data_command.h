@@ -10,10 +10,18 @@
 //       token JSONL -> a token shard file, without Python.
 #pragma once
 
+#include <string>
+
 #include "CLI/CLI.hpp"
 
 namespace sbp::cli {
 
 void AddDataCommand(CLI::App& app, int* exit_code);
+
+// Text prompts (`prompt` or chat `messages` lines) -> token prompts
+// (`prompt_ids`, other fields kept) at `out`, through the data tool's
+// `--format prompt`; returns its exit code (0: written).
+int PrepareTextPrompts(const std::string& tokenizer, const std::string& input,
+                       const std::string& out);
 
 }  // namespace sbp::cli

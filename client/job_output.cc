@@ -60,6 +60,23 @@ void AddTierRows(const v1::JobProgress& p, Table& t) {
                                                p.offload_wait_seconds())});
 }
 
+// Online GRPO's sampling in the last step, for jobs that sample online: the
+// rewards, the completions' lengths and how many hit max_new_tokens, the
+// sampling rate, and how the step's time split between rollout and training.
+void AddRolloutRows(const v1::JobProgress& p, Table& t) {
+  if (!p.has_rollout()) return;
+  const v1::RolloutProgress& r = p.rollout();
+  t.AddRow({"reward:",
+            absl::StrFormat("%.4f mean, %.4f std (last step)", r.reward_mean(), r.reward_std())});
+  t.AddRow({"completions:",
+            absl::StrFormat("%.1f tokens mean, %d max; %.1f%% truncated at max_new_tokens",
+                            r.completion_length_mean(), r.completion_length_max(),
+                            r.truncated_fraction() * 100)});
+  t.AddRow({"rollout:", absl::StrFormat("%.0f tok/s; %.3f s rollout, %.3f s training (last step)",
+                                        r.rollout_tokens_per_second(), r.rollout_seconds(),
+                                        r.train_seconds())});
+}
+
 }  // namespace
 
 std::string StateName(v1::JobState state) {
@@ -191,6 +208,7 @@ std::string JobDetails(const v1::Job& job) {
     t.AddRow({"mfu:", absl::StrFormat("%.2f%%", p.mfu() * 100)});
     t.AddRow({"peak memory:", Bytes(p.peak_bytes())});
     AddTierRows(p, t);
+    AddRolloutRows(p, t);
     if (!IsTerminal(job.state())) t.AddRow({"eta:", FormatDuration(p.eta_seconds())});
   }
   if (job.failure_class() != v1::FAILURE_CLASS_UNSPECIFIED) {

@@ -65,8 +65,14 @@ class JobFollower {
     const v1::JobProgress& p = job.progress();
     if (p.step() > 0 && p.step() != step_ && p.step_seconds() > 0) {
       step_ = p.step();
-      printer_.Update({p.step(), p.total_steps(), p.loss(), p.tokens_per_second(), p.peak_bytes(),
-                       p.eta_seconds(), p.eval_step(), p.eval_loss()});
+      ProgressSample sample{p.step(),       p.total_steps(), p.loss(),      p.tokens_per_second(),
+                            p.peak_bytes(), p.eta_seconds(), p.eval_step(), p.eval_loss()};
+      if (p.has_rollout()) {
+        const v1::RolloutProgress& r = p.rollout();
+        sample.rollout = RolloutSample{r.reward_mean(), r.reward_std(), r.completion_length_mean(),
+                                       r.completion_length_max(), r.truncated_fraction()};
+      }
+      printer_.Update(sample);
     }
     last_ = job;
     return !IsTerminal(job.state());

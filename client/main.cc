@@ -8,6 +8,7 @@
 #include "client/cli_common.h"
 #include "client/coordinator_client.h"
 #include "client/data_command.h"
+#include "client/generate_command.h"
 #include "client/grad_command.h"
 #include "client/health_command.h"
 #include "client/job_commands.h"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   sbp::cli::AddRunCommand(app, &exit_code);
   sbp::cli::AddModelCommand(app, &exit_code);
   sbp::cli::AddGradCommand(app, &exit_code);
+  sbp::cli::AddGenerateCommand(app, &exit_code);
   sbp::cli::AddBenchCommand(app, &exit_code);
   sbp::cli::AddPlanCommand(app, &exit_code);
   sbp::cli::AddTrainCommand(app, &exit_code);

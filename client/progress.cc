@@ -34,9 +34,16 @@ std::string ProgressLine(const ProgressSample& p, int width) {
   for (int i = 0; i < filled; ++i) bar[1 + i] = '#';
   const std::string eval =
       p.eval_step > 0 ? absl::StrFormat("  eval %.4f @%d", p.eval_loss, p.eval_step) : "";
-  return absl::StrFormat("%s %*d/%d  loss %.4f%s  %s tok/s  peak %s  ETA %s", bar,
+  const std::string rollout =
+      p.rollout.has_value()
+          ? absl::StrFormat("  reward %.2f\u00b1%.2f  len %.0f/%d  trunc %.0f%%",
+                            p.rollout->reward_mean, p.rollout->reward_std,
+                            p.rollout->completion_length_mean, p.rollout->completion_length_max,
+                            p.rollout->truncated_fraction * 100)
+          : "";
+  return absl::StrFormat("%s %*d/%d  loss %.4f%s%s  %s tok/s  peak %s  ETA %s", bar,
                          static_cast<int>(std::to_string(p.total_steps).size()), p.step,
-                         p.total_steps, p.loss, eval, Rate(p.tokens_per_second),
+                         p.total_steps, p.loss, eval, rollout, Rate(p.tokens_per_second),
                          FormatByteSize(p.peak_bytes), FormatDuration(p.eta_seconds));
 }
 

@@ -5,9 +5,19 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 namespace sbp::cli {
+
+// Online GRPO's sampling in a step (streambp.v1.RolloutProgress).
+struct RolloutSample {
+  double reward_mean = 0;
+  double reward_std = 0;
+  double completion_length_mean = 0;  // new tokens per completion
+  int64_t completion_length_max = 0;
+  double truncated_fraction = 0;  // cut off at max_new_tokens
+};
 
 struct ProgressSample {
   int64_t step = 0;
@@ -18,6 +28,7 @@ struct ProgressSample {
   double eta_seconds = -1;  // < 0: unknown
   int64_t eval_step = 0;    // the latest validation loss's step (0: none)
   double eval_loss = 0;
+  std::optional<RolloutSample> rollout;  // jobs that sample online only
 };
 
 class ProgressPrinter {
@@ -42,7 +53,10 @@ class ProgressPrinter {
 std::string FormatDuration(double seconds);
 // The bar line itself (no newline), e.g.
 // "[########------------]  40/100  loss 2.3012  1.2k tok/s  peak 1.1 GiB  ETA 0:42",
-// with "  eval 2.4107 @40" after the loss once a validation loss exists.
+// with "  eval 2.4107 @40" after the loss once a validation loss exists and
+// "  reward 0.42±0.10  len 37/64  trunc 5%" (mean ± standard deviation of the
+// rewards, mean/max completion length, the fraction cut off at
+// max_new_tokens) after that for jobs that sample online.
 std::string ProgressLine(const ProgressSample& sample, int width = 20);
 
 }  // namespace sbp::cli

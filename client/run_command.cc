@@ -147,6 +147,7 @@ class LocalWorkers {
       }
       options.work_dir = ".";
       options.compute_threads = threads;
+      options.allow_reward_programs = true;  // the user's own machine and job
       absl::StatusOr<std::unique_ptr<WorkerAgent>> agent = WorkerAgent::Create(options);
       if (!agent.ok()) return agent.status();
       agents_.push_back(*std::move(agent));

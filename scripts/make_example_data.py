@@ -11,6 +11,9 @@ visibly within a few hundred steps.
   tiny-grpo.jsonl  {"prompt_ids", "completions": [{"ids", "reward"}] x 4}:
                    candidates with some tokens wrong; reward = fraction of
                    positions that match the correct answer
+  tiny-grpo-prompts.jsonl  {"prompt_ids", "answer"}: prompts of online GRPO
+                   (3 symbols of 16..19); answer = the reversal without EOS
+                   (rewarded by token_match)
 
 Token ids (vocabulary 256): 1 BOS, 2 SEP, 3 EOS, symbols 16..23.
 Standard library only; the output is the same on every run and platform.
@@ -37,6 +40,8 @@ BOS, SEP, EOS = 1, 2, 3
 FIRST_SYMBOL, NUM_SYMBOLS = 16, 8
 MIN_LEN, MAX_LEN = 4, 8  # sequences are 2 * len + 3 = 11..19 tokens
 LINES = 512
+# Online GRPO learns from rewards alone: strings of 3 over the first 4 symbols.
+ONLINE_LEN, ONLINE_SYMBOLS = 3, 4
 GROUP_SIZE = 4
 
 
@@ -146,8 +151,14 @@ def main():
             completions.append({"ids": ids, "reward": reward(ids, answer)})
         grpo.append({"prompt_ids": prompt, "completions": completions})
 
+    rng = random.Random(args.seed + 3)
+    prompts = []
+    for _ in range(LINES):
+        x = [FIRST_SYMBOL + rng.randrange(ONLINE_SYMBOLS) for _ in range(ONLINE_LEN)]
+        prompts.append({"prompt_ids": [BOS] + x + [SEP], "answer": x[::-1]})
+
     for name, rows in (("tiny-sft.jsonl", sft), ("tiny-dpo.jsonl", dpo),
-                       ("tiny-grpo.jsonl", grpo)):
+                       ("tiny-grpo.jsonl", grpo), ("tiny-grpo-prompts.jsonl", prompts)):
         path = os.path.join(args.out_dir, name)
         with open(path, "w", encoding="ascii", newline="\n") as f:
             for row in rows:

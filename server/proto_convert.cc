@@ -57,6 +57,20 @@ void ToProto(const JobRecord& job, v1::Job* out) {
   p->set_disk_tier_bytes(job.progress.disk_tier_bytes);
   p->set_offload_copy_bytes_per_second(job.progress.offload_copy_bytes_per_second);
   p->set_offload_wait_seconds(job.progress.offload_wait_seconds);
+  if (job.progress.rollout.has_value()) {
+    const RolloutProgressRecord& r = *job.progress.rollout;
+    v1::RolloutProgress* rollout = p->mutable_rollout();
+    rollout->set_reward_mean(r.reward_mean);
+    rollout->set_reward_std(r.reward_std);
+    rollout->set_completion_length_mean(r.completion_length_mean);
+    rollout->set_completion_length_max(r.completion_length_max);
+    rollout->set_truncated_fraction(r.truncated_fraction);
+    rollout->set_rollout_tokens_per_second(r.rollout_tokens_per_second);
+    rollout->set_rollout_seconds(r.rollout_seconds);
+    rollout->set_train_seconds(r.train_seconds);
+  } else {
+    p->clear_rollout();
+  }
   if (job.progress.updated_at != absl::UnixEpoch()) {
     SetTime(job.progress.updated_at, p->mutable_updated_at());
   }
@@ -134,6 +148,17 @@ ProgressRecord FromProto(const v1::JobProgress& p) {
   r.disk_tier_bytes = p.disk_tier_bytes();
   r.offload_copy_bytes_per_second = p.offload_copy_bytes_per_second();
   r.offload_wait_seconds = p.offload_wait_seconds();
+  if (p.has_rollout()) {
+    const v1::RolloutProgress& rollout = p.rollout();
+    r.rollout = RolloutProgressRecord{rollout.reward_mean(),
+                                      rollout.reward_std(),
+                                      rollout.completion_length_mean(),
+                                      rollout.completion_length_max(),
+                                      rollout.truncated_fraction(),
+                                      rollout.rollout_tokens_per_second(),
+                                      rollout.rollout_seconds(),
+                                      rollout.train_seconds()};
+  }
   if (p.has_updated_at()) r.updated_at = GetTime(p.updated_at());
   return r;
 }

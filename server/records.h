@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,19 @@
 #include "server/worker_need.h"
 
 namespace sbp::server {
+
+// Online GRPO's sampling in a step (see streambp.v1.RolloutProgress).
+struct RolloutProgressRecord {
+  double reward_mean = 0;
+  double reward_std = 0;
+  double completion_length_mean = 0;
+  int64_t completion_length_max = 0;
+  double truncated_fraction = 0;
+  double rollout_tokens_per_second = 0;
+  double rollout_seconds = 0;
+  double train_seconds = 0;
+  bool operator==(const RolloutProgressRecord&) const = default;
+};
 
 // Latest training progress of a job's current attempt (see streambp.v1.JobProgress).
 struct ProgressRecord {
@@ -38,6 +52,8 @@ struct ProgressRecord {
   int64_t disk_tier_bytes = 0;
   double offload_copy_bytes_per_second = 0;
   double offload_wait_seconds = 0;
+  // Online GRPO's rollouts; unset for jobs that sample nothing online.
+  std::optional<RolloutProgressRecord> rollout;
   bool operator==(const ProgressRecord&) const = default;
 };
 

@@ -199,6 +199,18 @@ std::string ProgressToJson(const ProgressRecord& p) {
     j["offload_copy_bytes_per_second"] = Number(p.offload_copy_bytes_per_second);
     j["offload_wait_seconds"] = Number(p.offload_wait_seconds);
   }
+  // Online GRPO's rollouts, for jobs that sample online.
+  if (p.rollout.has_value()) {
+    const RolloutProgressRecord& r = *p.rollout;
+    j["rollout"] = {{"reward_mean", Number(r.reward_mean)},
+                    {"reward_std", Number(r.reward_std)},
+                    {"completion_length_mean", Number(r.completion_length_mean)},
+                    {"completion_length_max", r.completion_length_max},
+                    {"truncated_fraction", Number(r.truncated_fraction)},
+                    {"rollout_tokens_per_second", Number(r.rollout_tokens_per_second)},
+                    {"rollout_seconds", Number(r.rollout_seconds)},
+                    {"train_seconds", Number(r.train_seconds)}};
+  }
   return j.dump();
 }
 
@@ -232,6 +244,18 @@ ProgressRecord ProgressFromJson(const std::string& text) {
   p.disk_tier_bytes = ReadInt(j, "disk_tier_bytes");
   p.offload_copy_bytes_per_second = ReadDouble(j, "offload_copy_bytes_per_second", 0);
   p.offload_wait_seconds = ReadDouble(j, "offload_wait_seconds", 0);
+  // Rows written before the rollout figures (or for other jobs) have none.
+  if (auto rollout = j.find("rollout"); rollout != j.end() && rollout->is_object()) {
+    const Json& r = *rollout;
+    p.rollout = RolloutProgressRecord{ReadDouble(r, "reward_mean", 0),
+                                      ReadDouble(r, "reward_std", 0),
+                                      ReadDouble(r, "completion_length_mean", 0),
+                                      ReadInt(r, "completion_length_max"),
+                                      ReadDouble(r, "truncated_fraction", 0),
+                                      ReadDouble(r, "rollout_tokens_per_second", 0),
+                                      ReadDouble(r, "rollout_seconds", 0),
+                                      ReadDouble(r, "train_seconds", 0)};
+  }
   return p;
 }
 

@@ -58,6 +58,7 @@ struct Flags {
   int threads = 0;
   std::string collective_host = "127.0.0.1";
   double collective_timeout_seconds = 60;
+  bool allow_reward_programs = false;
 };
 
 int Fail(int code, const std::string& message) {
@@ -106,6 +107,7 @@ absl::StatusOr<AgentOptions> BuildOptions(const Flags& flags) {
   }
   options.collective_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.collective_timeout_seconds * 1000));
+  options.allow_reward_programs = flags.allow_reward_programs;
   auto device = ParseDeviceFlag(flags.device);
   if (!device.ok()) return device.status();
   options.device = *device;
@@ -215,6 +217,9 @@ int Main(int argc, char** argv) {
   app.add_option("--collective-timeout", flags.collective_timeout_seconds,
                  "seconds a collective may wait for a peer before the attempt fails")
       ->capture_default_str();
+  app.add_flag("--allow-reward-programs", flags.allow_reward_programs,
+               "let online GRPO jobs run their reward program (grpo.reward.command) as this "
+               "worker's user, in the job's run directory");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

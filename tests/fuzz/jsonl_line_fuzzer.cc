@@ -1,4 +1,4 @@
-// libFuzzer target for the JSONL line parsers (SFT, DPO, GRPO): any line gives
+// libFuzzer target for the JSONL line parsers (SFT, DPO, GRPO, prompts): any line gives
 // an example or an InvalidArgument naming the line, never a crash or an
 // escaping exception, and an accepted example respects the options (ids in
 // the vocabulary, at most seq_len tokens).
@@ -61,6 +61,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } else {
     CheckError(grpo.status());
+  }
+  // Online GRPO's prompts: room for 2 new tokens within seq_len.
+  auto prompt = sbp::ParsePromptLine(line, options, 2, kWhere);
+  if (prompt.ok()) {
+    if (prompt->prompt.empty() || prompt->fields.contains("prompt_ids")) __builtin_trap();
+    if (options.seq_len > 0 && static_cast<int64_t>(prompt->prompt.size()) + 2 > options.seq_len) {
+      __builtin_trap();
+    }
+    for (int32_t id : prompt->prompt) {
+      if (id < 0 || id >= options.vocab_size) __builtin_trap();
+    }
+  } else {
+    CheckError(prompt.status());
   }
   return 0;
 }

@@ -43,6 +43,7 @@ declare -gA GPU_TEST_NEEDS=(
   [engine_engine_sequence_parallel_gpu_test]=45 # P = 2 and 4 thread ranks on one device, 3 presets x 4 modes
   [train_trainer_gpu_test]=60 # 20 AdamW steps on the CPU and the GPU, one-rank NCCL
   [train_lora_gpu_test]=45
+  [decode_decode_gpu_test]=30 # greedy decoding on cuda:0 against the CPU, f32 and bf16
   # A cluster (coordinator, a GPU and a CPU worker), a bf16 job trained to a
   # checkpoint, a refused submit: it waits up to 60 s for the workers and
   # 120 s for the job; a healthy machine registers them in seconds.

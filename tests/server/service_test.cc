@@ -107,6 +107,48 @@ TEST_F(ServiceTest, SubmitRunSucceed) {
   EXPECT_EQ(workers.workers(0).device(), v1::DEVICE_KIND_CPU);
 }
 
+// Online GRPO's rollout figures travel from a worker's report to a client
+// as they came; a job without rollouts shows none (not zeros).
+TEST_F(ServiceTest, ProgressCarriesRolloutFiguresOnlyWhenPresent) {
+  Start();
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(client_->Submit(Spec("grpo"), &submitted).ok());
+  const std::string w = worker_->MustRegister("host-a");
+  v1::Assignment a = worker_->MustGetAssignment(w);
+  v1::ReportProgressResponse response;
+  ASSERT_TRUE(worker_->Report(w, a, 1, &response).ok());
+  EXPECT_FALSE(client_->MustGet(a.job_id()).progress().has_rollout());
+
+  v1::ReportProgressRequest request;
+  request.set_worker_id(w);
+  request.set_job_id(a.job_id());
+  request.set_attempt(a.attempt());
+  request.set_rank(a.rank());
+  request.mutable_progress()->set_step(2);
+  request.mutable_progress()->set_total_steps(10);
+  v1::RolloutProgress* rollout = request.mutable_progress()->mutable_rollout();
+  rollout->set_reward_mean(0.42);
+  rollout->set_reward_std(0.1);
+  rollout->set_completion_length_mean(37.5);
+  rollout->set_completion_length_max(64);
+  rollout->set_truncated_fraction(0.05);
+  rollout->set_rollout_tokens_per_second(400);
+  rollout->set_rollout_seconds(1.5);
+  rollout->set_train_seconds(0.5);
+  ASSERT_TRUE(worker_->workers().ReportProgress(worker_->Context().get(), request, &response).ok());
+  const v1::Job job = client_->MustGet(a.job_id());
+  EXPECT_EQ(job.progress().step(), 2);
+  ASSERT_TRUE(job.progress().has_rollout());
+  EXPECT_DOUBLE_EQ(job.progress().rollout().reward_mean(), 0.42);
+  EXPECT_DOUBLE_EQ(job.progress().rollout().reward_std(), 0.1);
+  EXPECT_DOUBLE_EQ(job.progress().rollout().completion_length_mean(), 37.5);
+  EXPECT_EQ(job.progress().rollout().completion_length_max(), 64);
+  EXPECT_DOUBLE_EQ(job.progress().rollout().truncated_fraction(), 0.05);
+  EXPECT_DOUBLE_EQ(job.progress().rollout().rollout_tokens_per_second(), 400);
+  EXPECT_DOUBLE_EQ(job.progress().rollout().rollout_seconds(), 1.5);
+  EXPECT_DOUBLE_EQ(job.progress().rollout().train_seconds(), 0.5);
+}
+
 TEST_F(ServiceTest, SubmitIsIdempotentOnRequestId) {
   Start();
   v1::SubmitJobResponse first, second, third;

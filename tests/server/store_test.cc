@@ -155,6 +155,8 @@ TEST(StoreTest, JobRoundTripAndPersistence) {
   job.progress.host_tier_peak_bytes = int64_t{4} << 30;
   job.progress.offload_copy_bytes_per_second = 1.5e9;
   job.progress.offload_wait_seconds = 0.25;
+  // Online GRPO's rollout figures.
+  job.progress.rollout = RolloutProgressRecord{0.42, 0.1, 37.5, 64, 0.05, 400.0, 1.5, 0.5};
   {
     auto store = MustOpen(path);
     ASSERT_NE(store, nullptr);
@@ -185,7 +187,24 @@ TEST(StoreTest, JobRoundTripAndPersistence) {
   EXPECT_EQ(updated.preempt_deadline, absl::UnixEpoch());
   EXPECT_EQ(updated.revision, 7);
   EXPECT_TRUE(std::isnan(updated.progress.loss));
+  ASSERT_TRUE(updated.progress.rollout.has_value());
+  EXPECT_EQ(*updated.progress.rollout, *job.progress.rollout);
   EXPECT_EQ(reopened->UpdateJob(MakeJob("missing")).code(), absl::StatusCode::kNotFound);
+
+  // A non-finite rollout figure reads back as NaN; a progress without
+  // rollouts (another objective) reads back without them, not as zeros.
+  job.progress.rollout->reward_std = std::numeric_limits<double>::infinity();
+  ASSERT_TRUE(reopened->UpdateJob(job).ok());
+  updated = *reopened->GetJob(job.id);
+  ASSERT_TRUE(updated.progress.rollout.has_value());
+  EXPECT_TRUE(std::isnan(updated.progress.rollout->reward_std));
+  EXPECT_DOUBLE_EQ(updated.progress.rollout->reward_mean, 0.42);
+  EXPECT_EQ(updated.progress.rollout->completion_length_max, 64);
+  job.progress.rollout.reset();
+  ASSERT_TRUE(reopened->UpdateJob(job).ok());
+  updated = *reopened->GetJob(job.id);
+  EXPECT_FALSE(updated.progress.rollout.has_value());
+  EXPECT_EQ(updated.progress.checkpoint_tier, "host");
 }
 
 TEST(StoreTest, RequestIdIsUnique) {
@@ -621,9 +640,11 @@ CREATE TABLE workers (id TEXT PRIMARY KEY, name TEXT NOT NULL, device TEXT NOT N
   memory_bytes INTEGER NOT NULL, version TEXT NOT NULL DEFAULT '',
   registered_at_us INTEGER NOT NULL DEFAULT 0, last_heartbeat_us INTEGER NOT NULL DEFAULT 0,
   state TEXT NOT NULL DEFAULT 'live') WITHOUT ROWID;
-INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step, request_id,
-  required_memory_bytes)
-  VALUES ('old-1', 'old', 'name: old' || char(10), '{"name":"old"}', 'RUNNING', 7, 'r-1', 4096);
+INSERT INTO jobs (id, name, spec_yaml, spec_json, state, progress_step, progress_json,
+  request_id, required_memory_bytes)
+  VALUES ('old-1', 'old', 'name: old' || char(10), '{"name":"old"}', 'RUNNING', 7,
+  '{"step":7,"total_steps":10,"loss":2.5,"checkpoint_tier":"host","offload_wait_seconds":0.25}',
+  'r-1', 4096);
 INSERT INTO workers (id, name, device, memory_bytes) VALUES ('w-old', 'old', 'cpu', 8192);
 )sql";
   ASSERT_EQ(sqlite3_exec(raw, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
@@ -636,6 +657,12 @@ INSERT INTO workers (id, name, device, memory_bytes) VALUES ('w-old', 'old', 'cp
   EXPECT_EQ(old.spec_yaml, "name: old\n");
   EXPECT_EQ(old.spec_json, R"({"name":"old"})");
   EXPECT_EQ(old.state, JobState::kRunning);
+  // Its progress, written before the rollout figures existed: none of them.
+  EXPECT_EQ(old.progress.step, 7);
+  EXPECT_DOUBLE_EQ(old.progress.loss, 2.5);
+  EXPECT_EQ(old.progress.checkpoint_tier, "host");
+  EXPECT_DOUBLE_EQ(old.progress.offload_wait_seconds, 0.25);
+  EXPECT_FALSE(old.progress.rollout.has_value());
   // Its request id, scoped by its owner ('' before tenancy) since schema 5.
   EXPECT_EQ(old.request_id, "r-1");
   EXPECT_EQ((*store->FindJobByRequestId("", "r-1"))->id, "old-1");

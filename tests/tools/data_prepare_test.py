@@ -290,6 +290,112 @@ class OptionsTest(unittest.TestCase):
         self.assertIn(src + ":1: missing field 'text'", err)
 
 
+class PromptTest(unittest.TestCase):
+    """--format prompt: prompts for online GRPO, other fields copied through."""
+
+    def test_text_prompts_copy_the_other_fields(self):
+        rows = [{"prompt": t, "answer": str(i), "tests": [{"in": [1, 2], "out": "3"}],
+                 "meta": {"source": "gsm8k", "note": "naïve ✓", "score": 0.5, "none": None}}
+                for i, t in enumerate(TEXTS)]
+        code, stdout, err, out, _ = run_tool(rows, "--format", "prompt")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(stdout)
+        self.assertEqual((summary["format"], summary["objective"]), ("prompt", "grpo"))
+        self.assertEqual(summary["examples"], len(rows))
+        self.assertEqual(summary["tokens"], sum(len(ids(t)) for t in TEXTS))
+        self.assertEqual(summary["loss_tokens"], 0)
+        got = read_jsonl(out)
+        for row, record in zip(rows, got):
+            # prompt_ids first, then every other field in its input order.
+            self.assertEqual(list(record), ["prompt_ids", "answer", "tests", "meta"])
+            self.assertEqual(record["prompt_ids"], ids(row["prompt"]))
+            self.assertEqual({k: v for k, v in record.items() if k != "prompt_ids"},
+                             {k: v for k, v in row.items() if k != "prompt"})
+            self.assertEqual(RAW.decode(record["prompt_ids"], skip_special_tokens=False),
+                             row["prompt"])
+
+    def test_messages_get_the_generation_prompt(self):
+        conversations = [CHATS[0][:1], CHATS[1][:2], CHATS[1][:4]]
+        rows = [{"messages": m, "solution": "s%d" % i} for i, m in enumerate(conversations)]
+        rows.append({"prompt": "plain text", "solution": "t"})  # the shapes may mix
+        code, _, err, out, _ = run_tool(rows, "--format", "prompt")
+        self.assertEqual(code, 0, err)
+        got = read_jsonl(out)
+        for messages, record in zip(conversations, got):
+            rendered = HF.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            self.assertTrue(rendered.endswith("<|im_start|>assistant\n"), rendered)
+            self.assertEqual(record["prompt_ids"],
+                             RAW.encode(rendered, add_special_tokens=False).ids)
+        self.assertEqual([r["solution"] for r in got], ["s0", "s1", "s2", "t"])
+        self.assertEqual(got[3]["prompt_ids"], ids("plain text"))
+        self.assertNotIn("messages", got[0])
+
+    def test_workers_keep_the_order(self):
+        rows = [{"prompt": "question %d %s" % (i, "z" * (i % 5)), "answer": i} for i in range(200)]
+        code, _, err, one, _ = run_tool(rows, "--format", "prompt", workers=1)
+        self.assertEqual(code, 0, err)
+        code, _, err, many, _ = run_tool(rows, "--format", "prompt", workers=3)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(read_bytes(one), read_bytes(many))
+        self.assertEqual([r["answer"] for r in read_jsonl(one)], list(range(200)))
+
+    def test_max_seq_len_drops_longer_prompts(self):
+        long = "word " * 40
+        exact = "a b c d e f g"  # exactly --max-seq-len tokens: kept (nothing is generated here)
+        self.assertEqual(len(ids(exact)), 7)
+        rows = [{"prompt": long, "answer": 1}, {"prompt": "ok", "answer": 2},
+                {"prompt": exact, "answer": 3}, {"prompt": exact + " h", "answer": 4},
+                {"prompt": "", "answer": 5}]
+        code, stdout, err, out, _ = run_tool(rows, "--format", "prompt", "--max-seq-len", "7")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(stdout)
+        self.assertEqual((summary["examples"], summary["truncated"], summary["dropped"]), (2, 0, 3))
+        self.assertEqual(read_jsonl(out), [{"prompt_ids": ids("ok"), "answer": 2},
+                                           {"prompt_ids": ids(exact), "answer": 3}])
+
+    def test_bad_records_name_the_line(self):
+        for rows, message in (
+                ([{"prompt": "p"}, {"prompt": "q", "prompt_ids": [1]}],
+                 ":2: field 'prompt_ids' is the output's name for the tokenized prompt"),
+                ([{"prompt": "p", "messages": CHATS[0][:1]}],
+                 ":1: has both 'prompt' and 'messages'"),
+                ([{"prompt": "p"}, {"answer": "a"}], ":2: missing field 'prompt' (or 'messages')"),
+                ([{"prompt": ["p"]}], ":1: field 'prompt' must be a string, got list"),
+                ([{"messages": []}], ":1: field 'messages' must be a non-empty list"),
+                ([{"messages": [{"role": "user", "content": 3}]}],
+                 ":1: messages[0] must be an object with string 'role' and 'content'"),
+                (['{"prompt": "p", "answer": NaN}'],
+                 ":1: field 'answer' holds NaN or Infinity"),
+                (['{"prompt": "p", "tests": [1, {"x": -Infinity}]}'],
+                 ":1: field 'tests' holds NaN or Infinity"),
+                (['{"prompt": "p", "answer": "\\ud800"}'],
+                 ":1: field 'answer' holds a lone UTF-16 surrogate"),
+                (["[1, 2]"], ":1: expected a JSON object, got list")):
+            code, _, err, out, src = run_tool(rows, "--format", "prompt")
+            self.assertEqual(code, 2, err)
+            self.assertIn(src + message, err)
+            self.assertFalse(os.path.exists(out), "nothing half-written")
+
+    def test_messages_need_a_chat_template(self):
+        tmp = tokenizer_with_template(lambda t: None)
+        code, _, err, out, src = run_tool([{"prompt": "fine"}, {"messages": CHATS[0][:1]}],
+                                          "--format", "prompt", tokenizer=tmp)
+        self.assertEqual(code, 2, err)
+        self.assertIn(src + ":2: field 'messages' needs a chat template", err)
+        self.assertFalse(os.path.exists(out))
+
+    def test_only_when_named_and_only_jsonl(self):
+        code, _, err, out, _ = run_tool([{"prompt": "p", "answer": "a"}])
+        self.assertEqual(code, 2)
+        self.assertIn("'prompt' but no 'completion'; for prompts alone (online GRPO) pass "
+                      "--format prompt", err)
+        self.assertFalse(os.path.exists(out))
+        code, _, err, out, _ = run_tool([{"prompt": "p"}], "--format", "prompt", "--shards")
+        self.assertEqual(code, 2)
+        self.assertIn("--format prompt writes JSONL only", err)
+        self.assertFalse(os.path.exists(out))
+
+
 class CliTest(unittest.TestCase):
     """`sbp data prepare` finds the tool and runs it with this Python."""
 

@@ -17,8 +17,18 @@ shard file (token_shards.py). Input shapes, one JSON object per line:
   grpo               {"prompt", "completions": [{"text", "reward"}, ...]}
                                                       -> {"prompt_ids", "completions":
                                                           [{"ids", "reward"}]}
+  prompt             {"prompt": "..."} or {"messages": [...]}, plus any other fields
+                                                      -> {"prompt_ids", the other fields}
 
-The format is detected from the first record unless --format names it.
+The format is detected from the first record unless --format names it;
+`prompt` (prompts for online GRPO, whose completions the runtime generates) is
+used only when named. Its `messages` are rendered by the chat template with
+the generation prompt (add_generation_prompt=True); its other fields
+("answer", "solution", "tests", ...) are copied to the output unchanged for
+the reward functions; it is written as JSONL only (no --shards), and
+--max-seq-len bounds the prompt alone (longer ones are dropped; pass the job's
+seq_len less its rollout max_new_tokens).
+
 Completions, chosen and rejected responses end with the tokenizer's EOS token
 (--no-eos leaves it out); text gets what the tokenizer itself adds. An
 assistant turn's labels cover what the template renders for it after the
@@ -41,9 +51,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import token_shards  # noqa: E402
 
-FORMATS = ("text", "prompt-completion", "chat", "dpo", "grpo")
+FORMATS = ("text", "prompt-completion", "chat", "dpo", "grpo", "prompt")
 OBJECTIVE_OF = {"text": "sft", "prompt-completion": "sft", "chat": "sft", "dpo": "dpo",
-                "grpo": "grpo"}
+                "grpo": "grpo", "prompt": "grpo"}
+# Fields of a `prompt` record that are tokenized rather than copied.
+PROMPT_SOURCES = ("prompt", "messages")
 IGNORE = -100
 GENERATION_TAG = re.compile(r"{%-?\s*generation\s*-?%}")
 EXIT_BAD_INPUT = 2
@@ -61,6 +73,9 @@ def detect_format(record):
         return "grpo"
     if "chosen" in record or "rejected" in record:
         return "dpo"
+    if "prompt" in record and "completion" not in record:
+        raise BadInput("the first record has 'prompt' but no 'completion'; for prompts alone "
+                       "(online GRPO) pass --format prompt")
     if "prompt" in record or "completion" in record:
         return "prompt-completion"
     if "text" in record:
@@ -150,6 +165,15 @@ def _mask_spans(messages):
     return spans
 
 
+def _check_messages(messages):
+    if not isinstance(messages, list) or not messages:
+        raise BadInput("field 'messages' must be a non-empty list of {role, content} objects")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or \
+                not isinstance(m.get("content"), str):
+            raise BadInput("messages[%d] must be an object with string 'role' and 'content'" % i)
+
+
 def chat_spans(messages):
     """(ids, [(start, end), ...]): the conversation and its assistant spans.
 
@@ -159,12 +183,7 @@ def chat_spans(messages):
     (one that marks the last turn, say) is asked for its {% generation %}
     mask instead; without one, the line is refused.
     """
-    if not isinstance(messages, list) or not messages:
-        raise BadInput("field 'messages' must be a non-empty list of {role, content} objects")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or \
-                not isinstance(m.get("content"), str):
-            raise BadInput("messages[%d] must be an object with string 'role' and 'content'" % i)
+    _check_messages(messages)
     ids = _template_ids(messages, False)
     try:
         return ids, _prefix_spans(messages, ids)
@@ -216,7 +235,44 @@ def encode(record, fmt):
                 raise BadInput("completions[%d].reward must be a finite number" % i)
             spans.append((token_shards.SPAN_GRPO_COMPLETION, _response(c["text"]), float(reward)))
         return spans
+    if fmt == "prompt":
+        return [(token_shards.SPAN_PROMPT, prompt_ids(record), 0.0)]
     raise AssertionError(fmt)
+
+
+def prompt_ids(record):
+    """The tokens of a `prompt` record: its text, or its conversation rendered
+    with the generation prompt that the completion will follow."""
+    if "prompt_ids" in record:
+        raise BadInput("field 'prompt_ids' is the output's name for the tokenized prompt; "
+                       "rename the input field")
+    if "prompt" in record and "messages" in record:
+        raise BadInput("has both 'prompt' and 'messages'; give one of them")
+    if "messages" in record:
+        _check_messages(record["messages"])
+        if not _tokenizer.chat_template:
+            raise BadInput("field 'messages' needs a chat template, and the tokenizer has none "
+                           "(tokenizer_config.json 'chat_template' or chat_template.jinja)")
+        return _template_ids(record["messages"], True)
+    if "prompt" not in record:
+        raise BadInput("missing field 'prompt' (or 'messages')")
+    return _ids(_string(record, "prompt"), True)
+
+
+def passthrough(record, fmt):
+    """The fields copied to the output unchanged (`prompt` records only)."""
+    if fmt != "prompt":
+        return None
+    extra = {k: v for k, v in record.items() if k not in PROMPT_SOURCES}
+    for key, value in extra.items():
+        try:
+            json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
+            raise BadInput("field '%s' holds a lone UTF-16 surrogate, which is not text" % key)
+        except ValueError:
+            raise BadInput("field '%s' holds NaN or Infinity, which JSON output cannot carry"
+                           % key)
+    return extra
 
 
 def limit(spans, fmt, max_len):
@@ -232,8 +288,12 @@ def limit(spans, fmt, max_len):
             kept.append((kind, ids[:room], reward))
             total += min(room, len(ids))
         return kept, total < sum(len(s[1]) for s in spans)
-    # Prompt first, each response cut to what is left.
     prompt = spans[0]
+    if fmt == "prompt":  # the runtime generates the completion: the limit is the prompt's
+        if len(prompt[1]) > max_len:
+            return None, "prompt has %d tokens, over --max-seq-len %d" % (len(prompt[1]), max_len)
+        return spans, False
+    # Prompt first, each response cut to what is left.
     room = max_len - len(prompt[1])
     if room <= 0:
         return None, "prompt has %d tokens, no room within --max-seq-len %d" % (
@@ -256,7 +316,10 @@ def empty_reason(spans, fmt):
 
 
 def process_batch(batch):
-    """[(line number, text)] -> [(line number, spans | None, truncated, error)]."""
+    """[(line number, text)] -> [(line number, spans | None, truncated, error, extra)].
+
+    `extra` holds the fields a `prompt` record copies through (None otherwise).
+    """
     out = []
     fmt, max_len = _options["format"], _options["max_seq_len"]
     for number, text in batch:
@@ -266,24 +329,29 @@ def process_batch(batch):
             except ValueError as e:
                 raise BadInput("not valid JSON: %s" % e)
             spans = encode(record, fmt)
+            extra = passthrough(record, fmt)
             spans, truncated = limit(spans, fmt, max_len)
             if spans is None:
-                out.append((number, None, False, truncated))
+                out.append((number, None, False, truncated, None))
                 continue
             reason = empty_reason(spans, fmt)
-            out.append((number, None if reason else spans, truncated, reason))
+            out.append((number, None if reason else spans, truncated, reason, extra))
         except BadInput as e:
-            out.append((number, "error", False, str(e)))
+            out.append((number, "error", False, str(e), None))
         except Exception as e:  # a template's raise_exception, a tokenizer error, ...
             out.append((number, "error", False, "cannot tokenize it: %s: %s"
-                        % (type(e).__name__, e)))
+                        % (type(e).__name__, e), None))
     return out
 
 
 # ---------------------------------------------------------------------------
 # Output
 
-def jsonl_record(spans, fmt):
+def jsonl_record(spans, fmt, extra=None):
+    if fmt == "prompt":
+        record = {"prompt_ids": spans[0][1]}
+        record.update(extra or {})
+        return record
     if fmt == "text":
         return {"input_ids": spans[0][1]}
     if fmt == "chat":
@@ -306,8 +374,9 @@ class JsonlWriter:
         self.tmp = path + ".tmp"
         self.out = open(self.tmp, "w", encoding="utf-8")
 
-    def add(self, spans):
-        self.out.write(json.dumps(jsonl_record(spans, self.fmt), separators=(",", ":")) + "\n")
+    def add(self, spans, extra=None):
+        self.out.write(json.dumps(jsonl_record(spans, self.fmt, extra), separators=(",", ":"),
+                                  ensure_ascii=False, allow_nan=False) + "\n")
 
     def close(self):
         self.out.flush()
@@ -361,13 +430,14 @@ def first_record(path):
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="sbp data prepare",
-        description="Tokenize text, prompt/completion, chat, DPO or GRPO JSONL into the "
-                    "runtime's token JSONL or token shards.")
+        description="Tokenize text, prompt/completion, chat, DPO or GRPO JSONL, or prompts "
+                    "for online GRPO, into the runtime's token JSONL or token shards.")
     p.add_argument("input", help="input JSONL")
     p.add_argument("--tokenizer", required=True,
                    help="Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json)")
     p.add_argument("--out", required=True, help="output file (token JSONL, or shards)")
-    p.add_argument("--format", choices=FORMATS, help="input shape (default: from the first record)")
+    p.add_argument("--format", choices=FORMATS,
+                   help="input shape (default: from the first record; 'prompt' only when named)")
     p.add_argument("--shards", action="store_true", help="write a token shard file, not JSONL")
     p.add_argument("--max-seq-len", type=int, default=0,
                    help="truncate examples to this many tokens (prompts are kept whole)")
@@ -406,6 +476,9 @@ def run(args):
     if not isinstance(record, dict) and not args.format:
         raise BadInput("%s: the first record is not a JSON object" % args.input)
     fmt = args.format or detect_format(record)
+    if fmt == "prompt" and args.shards:
+        raise BadInput("--format prompt writes JSONL only: token shards cannot carry the "
+                       "records' other fields (leave out --shards)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     except Exception as e:  # the tokenizer library raises many types
@@ -439,13 +512,16 @@ def run(args):
                     workers, initializer=_init_worker, initargs=(args.tokenizer, options))
                 results = pool.imap(process_batch, batches, chunksize=4)
             for batch in results:
-                for number, spans, truncated, reason in batch:
+                for number, spans, truncated, reason, extra in batch:
                     if spans == "error":
                         raise BadInput("%s:%d: %s" % (args.input, number, reason))
                     if spans is None:
                         stats["dropped"] += 1
                         continue
-                    writer.add(spans)
+                    if extra is None:
+                        writer.add(spans)
+                    else:
+                        writer.add(spans, extra)
                     stats["examples"] += 1
                     stats["truncated"] += int(truncated)
                     stats["tokens"] += sum(len(ids) for _, ids, _ in spans)

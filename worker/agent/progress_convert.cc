@@ -38,6 +38,18 @@ streambp::v1::JobProgress ToJobProgress(const StepReport& report, double eta_sec
   p.set_disk_tier_bytes(report.disk_tier_bytes);
   p.set_offload_copy_bytes_per_second(OffloadCopyBytesPerSecond(report));
   p.set_offload_wait_seconds(report.offload_wait_seconds);
+  if (report.rollout.present) {
+    const RolloutReport& r = report.rollout;
+    streambp::v1::RolloutProgress* rollout = p.mutable_rollout();
+    rollout->set_reward_mean(r.reward_mean);
+    rollout->set_reward_std(r.reward_std);
+    rollout->set_completion_length_mean(r.completion_length_mean);
+    rollout->set_completion_length_max(r.completion_length_max);
+    rollout->set_truncated_fraction(r.truncated_fraction);
+    rollout->set_rollout_tokens_per_second(r.rollout_tokens_per_second);
+    rollout->set_rollout_seconds(r.rollout_seconds);
+    rollout->set_train_seconds(r.train_seconds);
+  }
   return p;
 }
 

@@ -581,6 +581,7 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   // placed the job on this worker by the same figures).
   train_options.offload.host_memory_bytes = options_.host_memory_bytes;
   train_options.offload.disk_bytes = options_.offload_disk_bytes;
+  train_options.allow_reward_programs = options_.allow_reward_programs;
   if (assignment.world_size() > 1) {
     // Ranks meet through the coordinator's key-value service, in a scope of
     // this attempt, so that a retry never meets a stale rank; the device

@@ -66,6 +66,9 @@ struct AgentOptions {
   // fails the attempt within it).
   std::string collective_host = "127.0.0.1";
   std::chrono::milliseconds collective_timeout = std::chrono::seconds(60);
+  // Online GRPO jobs may run their reward program (grpo.reward.command) as
+  // this worker's user: off unless the operator allows it.
+  bool allow_reward_programs = false;
 };
 
 class WorkerAgent {

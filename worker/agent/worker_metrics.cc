@@ -90,6 +90,54 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                .Name("sbp_train_step")
                .Help("Latest completed optimizer step")
                .Register(*registry_);
+  rollout_reward_mean_ = &prometheus::BuildGauge()
+                              .Name("sbp_rollout_reward_mean")
+                              .Help(
+                                  "Mean reward of the completions online GRPO sampled in the "
+                                  "latest step")
+                              .Register(*registry_);
+  rollout_reward_std_ = &prometheus::BuildGauge()
+                             .Name("sbp_rollout_reward_std")
+                             .Help(
+                                 "Standard deviation of the rewards of the latest step's "
+                                 "completions (online GRPO)")
+                             .Register(*registry_);
+  rollout_length_mean_ = &prometheus::BuildGauge()
+                              .Name("sbp_rollout_completion_length_mean")
+                              .Help(
+                                  "Mean new tokens per completion sampled in the latest step "
+                                  "(online GRPO)")
+                              .Register(*registry_);
+  rollout_length_max_ = &prometheus::BuildGauge()
+                             .Name("sbp_rollout_completion_length_max")
+                             .Help(
+                                 "Most new tokens of a completion sampled in the latest step "
+                                 "(online GRPO)")
+                             .Register(*registry_);
+  rollout_truncated_ = &prometheus::BuildGauge()
+                            .Name("sbp_rollout_truncated_ratio")
+                            .Help(
+                                "Fraction of the latest step's completions cut off at "
+                                "max_new_tokens (online GRPO, 0..1)")
+                            .Register(*registry_);
+  rollout_tokens_per_second_ = &prometheus::BuildGauge()
+                                    .Name("sbp_rollout_tokens_per_second")
+                                    .Help(
+                                        "New tokens sampled per second of rollout in the latest "
+                                        "step (online GRPO)")
+                                    .Register(*registry_);
+  rollout_seconds_ = &prometheus::BuildCounter()
+                          .Name("sbp_rollout_seconds_total")
+                          .Help(
+                              "Seconds of online GRPO's steps spent sampling and scoring "
+                              "completions (the slowest rank)")
+                          .Register(*registry_);
+  train_compute_seconds_ = &prometheus::BuildCounter()
+                                .Name("sbp_train_compute_seconds_total")
+                                .Help(
+                                    "Seconds of online GRPO's steps spent training: forward, "
+                                    "backward and the update (the rest of the step)")
+                                .Register(*registry_);
 }
 
 WorkerMetrics::~WorkerMetrics() { exposer_.reset(); }
@@ -128,6 +176,7 @@ void WorkerMetrics::SwitchJob(const std::string& job_id) {
     if (series_.eval_loss != nullptr) eval_loss_->Remove(series_.eval_loss);
     mfu_->Remove(series_.mfu);
     step_->Remove(series_.step);
+    RemoveRolloutSeries();
   }
   job_ = job_id;
   disk_peak_ = 0;
@@ -143,6 +192,43 @@ void WorkerMetrics::SwitchJob(const std::string& job_id) {
   series_.step = &step_->Add(labels);
 }
 
+void WorkerMetrics::RemoveRolloutSeries() {
+  JobSeries::Rollout& r = series_.rollout;
+  if (r.reward_mean == nullptr) return;
+  rollout_reward_mean_->Remove(r.reward_mean);
+  rollout_reward_std_->Remove(r.reward_std);
+  rollout_length_mean_->Remove(r.length_mean);
+  rollout_length_max_->Remove(r.length_max);
+  rollout_truncated_->Remove(r.truncated);
+  rollout_tokens_per_second_->Remove(r.tokens_per_second);
+  rollout_seconds_->Remove(r.rollout_seconds);
+  train_compute_seconds_->Remove(r.train_seconds);
+  r = JobSeries::Rollout();
+}
+
+void WorkerMetrics::OnRollout(const RolloutReport& rollout) {
+  JobSeries::Rollout& r = series_.rollout;
+  if (r.reward_mean == nullptr) {
+    const prometheus::Labels labels = {{"job", job_}};
+    r.reward_mean = &rollout_reward_mean_->Add(labels);
+    r.reward_std = &rollout_reward_std_->Add(labels);
+    r.length_mean = &rollout_length_mean_->Add(labels);
+    r.length_max = &rollout_length_max_->Add(labels);
+    r.truncated = &rollout_truncated_->Add(labels);
+    r.tokens_per_second = &rollout_tokens_per_second_->Add(labels);
+    r.rollout_seconds = &rollout_seconds_->Add(labels);
+    r.train_seconds = &train_compute_seconds_->Add(labels);
+  }
+  r.reward_mean->Set(rollout.reward_mean);
+  r.reward_std->Set(rollout.reward_std);
+  r.length_mean->Set(rollout.completion_length_mean);
+  r.length_max->Set(static_cast<double>(rollout.completion_length_max));
+  r.truncated->Set(rollout.truncated_fraction);
+  r.tokens_per_second->Set(rollout.rollout_tokens_per_second);
+  if (rollout.rollout_seconds > 0) r.rollout_seconds->Increment(rollout.rollout_seconds);
+  if (rollout.train_seconds > 0) r.train_seconds->Increment(rollout.train_seconds);
+}
+
 void WorkerMetrics::OnStep(const std::string& job_id, const StepReport& report) {
   absl::MutexLock lock(&mu_);
   SwitchJob(job_id);
@@ -156,6 +242,7 @@ void WorkerMetrics::OnStep(const std::string& job_id, const StepReport& report) 
   }
   series_.mfu->Set(report.mfu);
   series_.step->Set(static_cast<double>(report.step));
+  if (report.rollout.present) OnRollout(report.rollout);
   SetMemory(report.current_bytes, report.peak_bytes);
   host_.current->Set(static_cast<double>(report.host_tier_bytes));
   host_.peak->Set(

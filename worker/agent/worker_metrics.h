@@ -9,6 +9,14 @@
 // device and host or disk as sbp_offload_copy_bytes_total,
 // sbp_offload_copy_bytes_per_second (the latest step's, while copying) and
 // sbp_offload_wait_seconds_total (compute waiting for copies).
+//
+// Online GRPO's rollouts, per job and only for jobs that sample online (from
+// their first step on): sbp_rollout_reward_{mean,std},
+// sbp_rollout_completion_length_{mean,max} (new tokens),
+// sbp_rollout_truncated_ratio (completions cut off at max_new_tokens) and
+// sbp_rollout_tokens_per_second of the latest step, and the step time split
+// into sbp_rollout_seconds_total (sampling and scoring) and
+// sbp_train_compute_seconds_total (forward, backward, update).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +56,8 @@ class WorkerMetrics {
  private:
   WorkerMetrics();
   void SwitchJob(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnRollout(const RolloutReport& rollout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveRolloutSeries() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<MetricsHttpServer> exposer_;
@@ -69,6 +79,14 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>* eval_loss_;
   prometheus::Family<prometheus::Gauge>* mfu_;
   prometheus::Family<prometheus::Gauge>* step_;
+  prometheus::Family<prometheus::Gauge>* rollout_reward_mean_;
+  prometheus::Family<prometheus::Gauge>* rollout_reward_std_;
+  prometheus::Family<prometheus::Gauge>* rollout_length_mean_;
+  prometheus::Family<prometheus::Gauge>* rollout_length_max_;
+  prometheus::Family<prometheus::Gauge>* rollout_truncated_;
+  prometheus::Family<prometheus::Gauge>* rollout_tokens_per_second_;
+  prometheus::Family<prometheus::Counter>* rollout_seconds_;
+  prometheus::Family<prometheus::Counter>* train_compute_seconds_;
 
   absl::Mutex mu_;
   std::string job_ ABSL_GUARDED_BY(mu_);
@@ -81,6 +99,17 @@ class WorkerMetrics {
     prometheus::Gauge* eval_loss = nullptr;  // from the job's first validation on
     prometheus::Gauge* mfu = nullptr;
     prometheus::Gauge* step = nullptr;
+    // From the job's first step with rollouts on (all null before).
+    struct Rollout {
+      prometheus::Gauge* reward_mean = nullptr;
+      prometheus::Gauge* reward_std = nullptr;
+      prometheus::Gauge* length_mean = nullptr;
+      prometheus::Gauge* length_max = nullptr;
+      prometheus::Gauge* truncated = nullptr;
+      prometheus::Gauge* tokens_per_second = nullptr;
+      prometheus::Counter* rollout_seconds = nullptr;
+      prometheus::Counter* train_seconds = nullptr;
+    } rollout;
   } series_ ABSL_GUARDED_BY(mu_);
 };
 

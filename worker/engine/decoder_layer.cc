@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/check.h"
 #include "worker/engine/lora_linear.h"
 #include "worker/engine/ulysses_attention.h"
 
@@ -32,13 +33,17 @@ void DecoderLayer::InputNorm(const LayerWeights& w, const Tensor& x_rows, ChunkA
 
 void DecoderLayer::KvForward(const LayerWeights& w, const ChunkActivations& a, int64_t begin,
                              KvBuffers& kv_rows) {
+  ProjectKv(w, a, kv_rows);
+  backend_.RopeForward(kv_rows.k, begin, rope_, docs_);
+}
+
+void DecoderLayer::ProjectKv(const LayerWeights& w, const ChunkActivations& a, KvBuffers& kv_rows) {
   Backend& b = backend_;
   Tensor k_out = config_.qk_norm ? Flat(kv_rows.k_pre) : Flat(kv_rows.k);
   b.MatmulXWt(a.xn, w.k_proj, k_out, /*accumulate=*/false);
   LoraForward(b, w.lora.k_proj, w.lora.scale, a.xn, a.lora_u, k_out);
   if (w.k_bias.defined()) b.AddBias(k_out, w.k_bias);
   if (config_.qk_norm) b.RmsNormForward(kv_rows.k_pre, w.k_norm, eps_, kv_rows.k, &kv_rows.k_rstd);
-  b.RopeForward(kv_rows.k, begin, rope_, docs_);
   Tensor v_out = Flat(kv_rows.v);
   b.MatmulXWt(a.xn, w.v_proj, v_out, /*accumulate=*/false);
   LoraForward(b, w.lora.v_proj, w.lora.scale, a.xn, a.lora_u, v_out);
@@ -49,11 +54,7 @@ void DecoderLayer::ChunkForward(const LayerWeights& w, const Tensor& x_rows, int
                                 const KvBuffers& kv, ChunkActivations& a, Tensor y_rows) {
   Backend& b = backend_;
   const int64_t hq = config_.num_attention_heads, d = config_.head_dim;
-  Tensor q_out = config_.qk_norm ? Flat(a.q_pre) : Flat(a.q);
-  b.MatmulXWt(a.xn, w.q_proj, q_out, false);
-  LoraForward(b, w.lora.q_proj, w.lora.scale, a.xn, a.lora_u, q_out);
-  if (w.q_bias.defined()) b.AddBias(q_out, w.q_bias);
-  if (config_.qk_norm) b.RmsNormForward(a.q_pre, w.q_norm, eps_, a.q, &a.q_rstd);
+  ProjectQuery(w, a);
   b.RopeForward(a.q, begin, rope_, docs_);
   Tensor attn = Heads(a.attn, hq, d);
   if (ulysses_ != nullptr) {
@@ -61,6 +62,50 @@ void DecoderLayer::ChunkForward(const LayerWeights& w, const Tensor& x_rows, int
   } else {
     b.AttentionForward(a.q, kv.k, kv.v, begin, scale_, attn, &a.lse, docs_);
   }
+  OutputAndMlp(w, x_rows, a, y_rows);
+}
+
+void DecoderLayer::DecodeForward(const LayerWeights& w, const Tensor& x_rows,
+                                 const std::vector<int64_t>& positions,
+                                 const std::vector<KvBuffers*>& caches, ChunkActivations& a,
+                                 KvBuffers& new_kv, Tensor y_rows) {
+  Backend& b = backend_;
+  const int64_t hq = config_.num_attention_heads, d = config_.head_dim;
+  CHECK_EQ(static_cast<int64_t>(positions.size()), x_rows.dim(0));
+  CHECK_EQ(positions.size(), caches.size());
+  InputNorm(w, x_rows, a);
+  ProjectKv(w, a, new_kv);
+  ProjectQuery(w, a);
+  Tensor attn = Heads(a.attn, hq, d);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    const int64_t i = static_cast<int64_t>(r), pos = positions[r];
+    KvBuffers& cache = *caches[r];
+    CHECK_LT(pos, cache.k.dim(0)) << "KV cache full";
+    Tensor k_row = new_kv.k.Rows(i, i + 1), q_row = a.q.Rows(i, i + 1);
+    b.RopeForward(k_row, pos, rope_);
+    b.RopeForward(q_row, pos, rope_);
+    Tensor k_dst = cache.k.Rows(pos, pos + 1), v_dst = cache.v.Rows(pos, pos + 1);
+    b.Copy(k_row, k_dst);
+    b.Copy(new_kv.v.Rows(i, i + 1), v_dst);
+    Tensor out_row = attn.Rows(i, i + 1);
+    b.AttentionForward(q_row, cache.k.Rows(0, pos + 1), cache.v.Rows(0, pos + 1), pos, scale_,
+                       out_row, nullptr);
+  }
+  OutputAndMlp(w, x_rows, a, y_rows);
+}
+
+void DecoderLayer::ProjectQuery(const LayerWeights& w, ChunkActivations& a) {
+  Backend& b = backend_;
+  Tensor q_out = config_.qk_norm ? Flat(a.q_pre) : Flat(a.q);
+  b.MatmulXWt(a.xn, w.q_proj, q_out, false);
+  LoraForward(b, w.lora.q_proj, w.lora.scale, a.xn, a.lora_u, q_out);
+  if (w.q_bias.defined()) b.AddBias(q_out, w.q_bias);
+  if (config_.qk_norm) b.RmsNormForward(a.q_pre, w.q_norm, eps_, a.q, &a.q_rstd);
+}
+
+void DecoderLayer::OutputAndMlp(const LayerWeights& w, const Tensor& x_rows, ChunkActivations& a,
+                                Tensor y_rows) {
+  Backend& b = backend_;
   // h = x + attn Wo^T
   b.Cast(x_rows, a.h);
   b.MatmulXWt(a.attn, w.o_proj, a.h, /*accumulate=*/true);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "worker/engine/layer_buffers.h"
@@ -59,6 +60,16 @@ class DecoderLayer {
   void ChunkForward(const LayerWeights& w, const Tensor& x_rows, int64_t begin, const KvBuffers& kv,
                     ChunkActivations& a, Tensor y_rows);
 
+  // Incremental decode (decoder.h): row r of x_rows is one new token of a
+  // sequence at position positions[r] whose keys/values of rows [0,
+  // positions[r]) are in *caches[r] ([capacity, Hkv, d] k and v). The row's
+  // K/V are computed into new_kv (scratch of x_rows' rows, k_pre/k_rstd
+  // too for qk_norm models), written to row positions[r] of its cache, and
+  // its query attends over rows [0, positions[r]]. Writes y_rows.
+  void DecodeForward(const LayerWeights& w, const Tensor& x_rows,
+                     const std::vector<int64_t>& positions, const std::vector<KvBuffers*>& caches,
+                     ChunkActivations& a, KvBuffers& new_kv, Tensor y_rows);
+
   // In: dy_rows = dL/dY of the chunk. Out: dy_rows = dL/dX of the chunk except
   // the path through K/V. Accumulates kv_grads.dk/dv for rows [0, begin + n).
   // Uses a's buffers as scratch (the chunk's forward must be in a).
@@ -73,6 +84,14 @@ class DecoderLayer {
                   Tensor& dx_rows, LayerWeights& g);
 
  private:
+  // KvForward and ChunkForward without RoPE and attention: the k/v (and q)
+  // projections with their biases, adapters and norms, and everything after
+  // the attention (o_proj, residual, post norm, MLP).
+  void ProjectKv(const LayerWeights& w, const ChunkActivations& a, KvBuffers& kv_rows);
+  void ProjectQuery(const LayerWeights& w, ChunkActivations& a);
+  void OutputAndMlp(const LayerWeights& w, const Tensor& x_rows, ChunkActivations& a,
+                    Tensor y_rows);
+
   const ModelConfig& config_;
   const RopeTable& rope_;
   Backend& backend_;

@@ -205,6 +205,13 @@ struct PlanRequest {
   // ZeRO-3 (world_size > 1): the compute weights sharded too, gathered a
   // group at a time (see above).
   bool shard_weights = false;
+  // Online GRPO's sampling phase (worker/engine/decode/), before the
+  // training passes of each step: `rollout_sequences` completions decoded
+  // together, each with a KV cache of seq_len rows, prompts of at most
+  // `rollout_prompt_tokens`. 0: none. The caches are freed before training,
+  // so the peak is the larger phase ("rollout" when it is).
+  int64_t rollout_sequences = 0;
+  int64_t rollout_prompt_tokens = 0;
 };
 
 // One named share of the peak.

@@ -115,6 +115,8 @@ StepShape ShapeOf(const PlanRequest& r) {
   // Sequence parallelism: this rank's piece of the whole (rounded) sequence.
   s.P = std::max<int64_t>(r.sequence_parallel, 1);
   s.seq_len = r.seq_len;
+  s.rollout_sequences = r.rollout_sequences;
+  s.rollout_prompt = r.rollout_prompt_tokens;
   s.sequence = RoundUp(r.seq_len, s.P);
   s.T = s.sequence / s.P;
   s.stream = r.mode == BackwardMode::kStream;
@@ -278,6 +280,8 @@ absl::string_view PhaseName(Phase phase) {
       return "layer_backward";
     case Phase::kEmbeddingBackward:
       return "embedding_backward";
+    case Phase::kRollout:
+      return "rollout";
   }
   return "?";
 }
@@ -396,7 +400,66 @@ int64_t LargestKernelScratch(const StepShape& s, Phase phase) {
 
 }  // namespace
 
+namespace {
+
+// A forward-only chunk of `rows` (ChunkActivations without the backward's
+// buffers), as the decoder allocates it.
+void AddForwardChunk(Ledger& ledger, const StepShape& s, int64_t rows, const char* name) {
+  const int64_t a = s.act_bytes;
+  ledger.Add(name, 1, rows * s.H, a);  // xn
+  ledger.Add(name, 1, rows, kF32);     // x_rstd
+  if (s.qk_norm) {
+    ledger.Add(name, 1, rows * s.q, a);
+    ledger.Add(name, 1, rows * s.Hq, kF32);
+  }
+  ledger.Add(name, 2, rows * s.q, a);      // q, attention output
+  ledger.Add(name, 1, rows * s.Hq, kF32);  // lse
+  ledger.Add(name, 2, rows * s.H, a);      // h, hn
+  ledger.Add(name, 1, rows, kF32);         // h_rstd
+  ledger.Add(name, 3, rows * s.I, a);      // gate, up, act
+  if (s.lora_r > 0) ledger.Add(name, 1, rows * s.lora_r, a);
+}
+
+// Online GRPO's sampling phase (decode/generation.h): every completion's KV
+// cache, then the larger working set of a prefill (hidden states [Tp, H] x 2,
+// a chunk, its K scratch, the head's row) and of a decode step over all B
+// completions (hidden states [B, H] x 2, a chunk of B rows, the new K/V
+// rows, the head's [B, H] normed rows and [B, V] f32 logits).
+Ledger RolloutActivations(const StepShape& s) {
+  Ledger ledger(s.alignment);
+  const int64_t B = s.rollout_sequences;
+  ledger.Add("kv_cache", 2 * s.L * B, s.seq_len * s.kv, s.act_bytes);
+  ledger.SetDetail(
+      "kv_cache", absl::StrCat(2 * s.L * B, " x [", s.seq_len, ", ", s.kv, "] ",
+                               DTypeLabel(s.act_bytes), " (", B, " completions decoded together)"));
+  auto working_set = [&](int64_t rows, int64_t chunk, int64_t head_rows) {
+    Ledger w(s.alignment);
+    w.Add("decode_activations", 2, rows * s.H, s.act_bytes);
+    AddForwardChunk(w, s, chunk, "decode_activations");
+    if (s.qk_norm) {
+      w.Add("decode_activations", 1, chunk * s.kv, s.act_bytes);
+      w.Add("decode_activations", 1, chunk * s.Hkv, kF32);
+    }
+    if (rows == chunk) w.Add("decode_activations", 2, chunk * s.kv, s.act_bytes);  // new K, V
+    w.Add("decode_activations", 1, head_rows * s.H, s.act_bytes);
+    w.Add("decode_activations", 1, head_rows * s.V, kF32);
+    if (s.act_bytes != kF32) w.Add("decode_activations", 1, head_rows * s.V, s.act_bytes);
+    return w;
+  };
+  const int64_t prompt = std::max<int64_t>(1, s.rollout_prompt);
+  Ledger prefill = working_set(prompt, std::min(prompt, s.C), 1);
+  Ledger step = working_set(B, B, B);
+  ledger.Append(prefill.total() >= step.total() ? prefill : step);
+  ledger.SetDetail("decode_activations", prefill.total() >= step.total()
+                                             ? absl::StrCat("a prefill of ", prompt, " tokens")
+                                             : absl::StrCat("a decode step of ", B, " rows"));
+  return ledger;
+}
+
+}  // namespace
+
 Ledger PhaseActivations(const StepShape& s, Phase phase) {
+  if (phase == Phase::kRollout) return RolloutActivations(s);
   Ledger ledger(s.alignment);
   if (s.tier == CheckpointTier::kDevice) {
     const int64_t layer_inputs = phase == Phase::kLmHead          ? s.L + 1

@@ -81,6 +81,8 @@ struct StepShape {
   bool optimizer_offload = false;
   bool optimizer_state = true;
   bool shard_weights = false;  // ZeRO-3 (only with N > 1)
+  // Online GRPO's sampling: completions decoded together, and the longest prompt.
+  int64_t rollout_sequences = 0, rollout_prompt = 0;
 };
 
 // The sizes of `request` with chunks already chosen (0 in the request: the
@@ -91,7 +93,7 @@ StepShape ShapeOf(const PlanRequest& request);
 // and, on CUDA, memory outside the allocator: live for the whole step.
 Ledger ModelState(const PlanRequest& request, const StepShape& s);
 
-enum class Phase { kLmHead, kLayerBackward, kEmbeddingBackward };
+enum class Phase { kLmHead, kLayerBackward, kEmbeddingBackward, kRollout };
 absl::string_view PhaseName(Phase phase);  // "lm_head", ...
 
 // What a step holds besides the model state in `phase` (see planner.h).

@@ -64,6 +64,17 @@ absl::StatusOr<Dataset> Dataset::Load(Objective objective, const std::string& pa
 
 absl::StatusOr<Dataset> Dataset::LoadForJob(const JobSpec& spec, absl::string_view base_dir,
                                             int64_t vocab_size) {
+  if (spec.grpo.online()) {
+    const std::string path = ResolveJobPath(base_dir, spec.data);
+    if (IsTokenShardFile(path)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data: '", path, "' is a token shard file; online GRPO reads a prompt JSONL file"));
+    }
+    ASSIGN_OR_RETURN(std::vector<RolloutPrompt> prompts,
+                     LoadPromptJsonl(path, DataOptionsForJob(spec, vocab_size),
+                                     spec.grpo.rollout.max_new_tokens));
+    return Dataset(std::move(prompts));
+  }
   return Load(spec.objective, ResolveJobPath(base_dir, spec.data),
               DataOptionsForJob(spec, vocab_size));
 }
@@ -74,6 +85,7 @@ Objective Dataset::objective() const {
     case 1:
       return Objective::kDpo;
     case 2:
+    case 3:
       return Objective::kGrpo;
     default:
       return Objective::kSft;
@@ -95,6 +107,7 @@ int64_t Dataset::TokenCount(int64_t index) const {
       return static_cast<int64_t>(pair.chosen.input_ids.size() + pair.rejected.input_ids.size());
     }
     case Objective::kGrpo: {
+      if (is_prompts()) return static_cast<int64_t>(PromptAt(index).prompt.size());
       const GrpoGroup g = GrpoAt(index);
       int64_t tokens = 0;
       for (const GrpoCompletion& c : g.completions) {
@@ -122,6 +135,12 @@ GrpoGroup Dataset::GrpoAt(int64_t index) const {
   if (shards_) return shards_->Grpo(index);
   CHECK(index >= 0 && index < size()) << "example " << index << " of " << size();
   return grpo()[static_cast<size_t>(index)];
+}
+
+const RolloutPrompt& Dataset::PromptAt(int64_t index) const {
+  CHECK(is_prompts()) << "the dataset holds no prompts";
+  CHECK(index >= 0 && index < size()) << "example " << index << " of " << size();
+  return std::get<3>(examples_)[static_cast<size_t>(index)];
 }
 
 const std::vector<TokenSequence>& Dataset::sft() const {

@@ -34,12 +34,15 @@ class Dataset {
   explicit Dataset(std::vector<TokenSequence> sft) : examples_(std::move(sft)) {}
   explicit Dataset(std::vector<DpoPair> dpo) : examples_(std::move(dpo)) {}
   explicit Dataset(std::vector<GrpoGroup> grpo) : examples_(std::move(grpo)) {}
+  // Online GRPO's prompts (objective grpo).
+  explicit Dataset(std::vector<RolloutPrompt> prompts) : examples_(std::move(prompts)) {}
   explicit Dataset(std::shared_ptr<const TokenShards> shards) : shards_(std::move(shards)) {}
 
   // Reads `path`, token shards or JSONL with the loader of `objective`.
   static absl::StatusOr<Dataset> Load(Objective objective, const std::string& path,
                                       const DataOptions& options);
-  // Reads the job's data file (relative paths from `base_dir`).
+  // Reads the job's data file (relative paths from `base_dir`): prompts
+  // (LoadPromptJsonl) for online GRPO.
   static absl::StatusOr<Dataset> LoadForJob(const JobSpec& spec, absl::string_view base_dir,
                                             int64_t vocab_size);
 
@@ -54,6 +57,8 @@ class Dataset {
   TokenSequence SftAt(int64_t index) const;
   DpoPair DpoAt(int64_t index) const;
   GrpoGroup GrpoAt(int64_t index) const;
+  const RolloutPrompt& PromptAt(int64_t index) const;
+  bool is_prompts() const { return !shards_ && examples_.index() == 3; }
 
   // True when the examples are a memory-mapped shard file.
   bool is_shards() const { return shards_ != nullptr; }
@@ -65,7 +70,9 @@ class Dataset {
   const std::vector<GrpoGroup>& grpo() const;
 
  private:
-  std::variant<std::vector<TokenSequence>, std::vector<DpoPair>, std::vector<GrpoGroup>> examples_;
+  std::variant<std::vector<TokenSequence>, std::vector<DpoPair>, std::vector<GrpoGroup>,
+               std::vector<RolloutPrompt>>
+      examples_;
   std::shared_ptr<const TokenShards> shards_;  // when set, examples_ is unused
 };
 

@@ -135,6 +135,7 @@ absl::Status CheckJobPaths(const JobSpec& spec, const PathPolicy& policy) {
   }
   if (spec.objective == Objective::kGrpo) {
     RETURN_IF_ERROR(CheckPath("grpo.reference", spec.grpo.reference, roots, false));
+    RETURN_IF_ERROR(CheckPath("grpo.rollout.tokenizer", spec.grpo.rollout.tokenizer, roots, false));
   }
   RETURN_IF_ERROR(CheckPath("resume_from", spec.resume_from, roots, false));
   RETURN_IF_ERROR(CheckPath("eval.data", spec.eval.data, roots, false));

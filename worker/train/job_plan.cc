@@ -33,6 +33,14 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
   r.optimizer_state = true;
   r.optimizer_offload = spec.train.optimizer_offload;
   r.shard_weights = spec.train.zero_stage == 3;
+  if (spec.grpo.online()) {
+    // Each data-parallel rank decodes its share of the step's prompts, every
+    // completion of their groups at once.
+    const int64_t groups = spec.resources.world_size / spec.resources.sequence_parallel;
+    const int64_t prompts = (spec.train.sequences_per_step + groups - 1) / groups;
+    r.rollout_sequences = prompts * spec.grpo.rollout.group_size;
+    r.rollout_prompt_tokens = spec.seq_len - spec.grpo.rollout.max_new_tokens;
+  }
   // `auto` plans the device tier until the worker resolves it
   // (ChooseCheckpointTier), which then sets the tier it chose.
   r.checkpoint_tier = spec.streambp.offload.checkpoints.value_or(CheckpointTier::kDevice);

@@ -215,7 +215,13 @@ const std::vector<std::pair<absl::string_view, std::vector<absl::string_view>>>&
             "max_grad_norm", "seed", "precision", "epochs", "shuffle", "optimizer_offload",
             "zero_stage"}},
           {"dpo", {"beta", "reference"}},
-          {"grpo", {"beta", "epsilon", "loss", "reference"}},
+          {"grpo", {"beta", "epsilon", "loss", "reference", "rollout", "reward"}},
+          {"grpo.rollout",
+           {"group_size", "max_new_tokens", "temperature", "top_p", "top_k", "eos_token_id", "stop",
+            "tokenizer"}},
+          {"grpo.reward",
+           {"function", "reference_field", "pattern", "command", "timeout_s",
+            "length_penalty_buffer", "length_penalty_weight"}},
           {"resources", {"world_size", "sequence_parallel", "device", "memory"}},
           {"checkpoint", {"every_steps", "dir", "keep_last"}},
           {"lora", {"r", "alpha", "target_modules", "rslora", "init_seed", "dropout"}},
@@ -553,6 +559,130 @@ auto NonNegative = [](double v) { return v >= 0; };
 auto UnitOpen = [](double v) { return v >= 0 && v < 1; };
 auto UnitClosed = [](double v) { return v >= 0 && v <= 1; };
 
+// A token id: an integer in [0, kMaxSpecTokenId].
+constexpr int64_t kMaxSpecTokenId = (int64_t{1} << 31) - 1;
+
+absl::StatusOr<int64_t> TokenIdNode(const Reader& r, const YAML::Node& node,
+                                    const std::string& path) {
+  std::optional<int64_t> value;
+  if (node.IsScalar()) value = ParseIntText(node.Scalar());
+  if (!value || *value < 0 || *value > kMaxSpecTokenId) {
+    return r.Got(path, "must be a token id (an integer >= 0)", node);
+  }
+  return *value;
+}
+
+// A list of token ids (at most `max` of them, at least one).
+absl::Status ReadTokenList(const Reader& r, const YAML::Node& node, const std::string& path,
+                           size_t max, std::vector<int64_t>& out) {
+  if (!node.IsSequence() || node.size() == 0 || node.size() > max) {
+    return r.Got(path, absl::StrCat("must be a list of 1 to ", max, " token ids"), node);
+  }
+  out.clear();
+  for (const YAML::Node& item : node) {
+    ASSIGN_OR_RETURN(const int64_t id, TokenIdNode(r, item, path));
+    out.push_back(id);
+  }
+  return absl::OkStatus();
+}
+
+// grpo.rollout: online sampling. group_size is required (it turns it on).
+absl::Status ReadRollout(const Reader& r, const Block& b, int64_t seq_len, RolloutSpec& out) {
+  if (!b.Has("group_size")) {
+    return r.Error("grpo.rollout",
+                   "missing required field 'group_size' (completions sampled per prompt)");
+  }
+  RETURN_IF_ERROR(ReadInt(r, b, "group_size", 2, 4096,
+                          "must be at least 2 (advantages compare a group's completions)",
+                          out.group_size));
+  RETURN_IF_ERROR(ReadPositiveInt(r, b, "max_new_tokens", kMaxSpecSeqLen, out.max_new_tokens));
+  if (out.max_new_tokens >= seq_len) {
+    return r.Got(
+        b.Path("max_new_tokens"),
+        absl::StrCat("must be below seq_len (", seq_len,
+                     "): a prompt and its completion are trained as one sequence"),
+        b.Has("max_new_tokens") ? b.Get("max_new_tokens") : YAML::Node(out.max_new_tokens));
+  }
+  RETURN_IF_ERROR(ReadNumber(
+      r, b, "temperature", [](double v) { return v >= 0 && v <= 100; },
+      "must be a number in [0, 100] (0: greedy)", out.temperature));
+  RETURN_IF_ERROR(ReadNumber(
+      r, b, "top_p", [](double v) { return v > 0 && v <= 1; }, "must be in (0, 1] (1: off)",
+      out.top_p));
+  RETURN_IF_ERROR(ReadNonNegativeInt(r, b, "top_k", kMaxSpecTokenId, out.top_k));
+  if (b.Has("eos_token_id")) {
+    const YAML::Node node = b.Get("eos_token_id");
+    out.eos_from_config = false;
+    if (node.IsSequence()) {
+      RETURN_IF_ERROR(ReadTokenList(r, node, b.Path("eos_token_id"), 64, out.eos_token_ids));
+    } else {
+      ASSIGN_OR_RETURN(const int64_t id, TokenIdNode(r, node, b.Path("eos_token_id")));
+      out.eos_token_ids = {id};
+    }
+  }
+  if (b.Has("stop")) {
+    const YAML::Node list = b.Get("stop");
+    if (!list.IsSequence() || list.size() > 64) {
+      return r.Got(b.Path("stop"), "must be a list of at most 64 token-id lists", list);
+    }
+    for (const YAML::Node& item : list) {
+      std::vector<int64_t> ids;
+      RETURN_IF_ERROR(ReadTokenList(r, item, b.Path("stop"), 256, ids));
+      out.stop.push_back(std::move(ids));
+    }
+  }
+  RETURN_IF_ERROR(ReadPath(r, b, "tokenizer", out.tokenizer));
+  return absl::OkStatus();
+}
+
+// grpo.reward: a built-in function or a program (exactly one).
+absl::Status ReadReward(const Reader& r, const Block& b, RewardSpec& out) {
+  RETURN_IF_ERROR(ReadEnum<std::string>(r, b, "function",
+                                        {{"math_answer", "math_answer"},
+                                         {"exact_match", "exact_match"},
+                                         {"token_match", "token_match"},
+                                         {"regex", "regex"}},
+                                        out.function));
+  RETURN_IF_ERROR(ReadString(r, b, "reference_field", out.reference_field));
+  RETURN_IF_ERROR(ReadString(r, b, "pattern", out.pattern));
+  if (b.Has("command")) {
+    const YAML::Node list = b.Get("command");
+    if (!list.IsSequence() || list.size() == 0 || list.size() > 256) {
+      return r.Got(b.Path("command"),
+                   "must be a list: the program and its arguments, e.g. [python3, reward.py]",
+                   list);
+    }
+    for (const YAML::Node& item : list) {
+      if (!item.IsScalar() || item.Scalar().empty() || item.Scalar().size() > 4095 ||
+          item.Scalar().find('\0') != std::string::npos || !IsValidUtf8(item.Scalar())) {
+        return r.Got(b.Path("command"), "must list non-empty text arguments", item);
+      }
+      out.command.push_back(item.Scalar());
+    }
+  }
+  if (out.function.empty() == out.command.empty()) {
+    return r.Error("grpo.reward",
+                   out.function.empty()
+                       ? "needs 'function' (math_answer, exact_match, token_match, regex) or "
+                         "'command' (a reward program)"
+                       : "takes 'function' or 'command', not both");
+  }
+  if (out.function == "regex" && out.pattern.empty()) {
+    return r.Error("grpo.reward", "function regex needs 'pattern'");
+  }
+  if (out.function != "regex" && !out.pattern.empty()) {
+    return r.Error("grpo.reward.pattern", "is only read by function regex");
+  }
+  RETURN_IF_ERROR(ReadNumber(
+      r, b, "timeout_s", [](double v) { return v > 0 && v <= 86400; },
+      "must be a number of seconds in (0, 86400]", out.timeout_s));
+  RETURN_IF_ERROR(
+      ReadNonNegativeInt(r, b, "length_penalty_buffer", kMaxSpecSeqLen, out.length_penalty_buffer));
+  RETURN_IF_ERROR(ReadNumber(r, b, "length_penalty_weight", NonNegative,
+                             "must be a non-negative number", out.length_penalty_weight));
+  return absl::OkStatus();
+}
+
 // The eval block: data required; the validation loss is the SFT loss.
 absl::Status ReadEval(const Reader& r, const Block& eb, Objective objective, EvalSpec& eval) {
   if (!eb.Has("data")) {
@@ -743,6 +873,39 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
       s.grpo.loss));
   RETURN_IF_ERROR(ReadPath(r, gb, "reference", s.grpo.reference));
   if (s.grpo.reference.empty()) s.grpo.reference = s.model;
+  if (gb.Has("rollout") || gb.Has("reward")) {
+    if (s.objective != Objective::kGrpo) {
+      return r.Error(gb.Has("rollout") ? "grpo.rollout" : "grpo.reward",
+                     absl::StrCat("samples completions for objective grpo; this job's objective "
+                                  "is ",
+                                  ObjectiveName(s.objective)));
+    }
+    if (!gb.Has("rollout")) {
+      return r.Error("grpo.reward",
+                     "scores sampled completions; it needs grpo.rollout (at least group_size)");
+    }
+    if (!gb.Has("reward")) {
+      return r.Error("grpo.rollout",
+                     "needs grpo.reward (a built-in function or a command) to score its samples");
+    }
+    ASSIGN_OR_RETURN(Block rb, Block::Make(r, gb.Get("rollout"), "grpo.rollout"));
+    RETURN_IF_ERROR(ReadRollout(r, rb, s.seq_len, s.grpo.rollout));
+    ASSIGN_OR_RETURN(Block wb, Block::Make(r, gb.Get("reward"), "grpo.reward"));
+    RETURN_IF_ERROR(ReadReward(r, wb, s.grpo.reward));
+    // These read the completion's text, which needs the tokenizer.
+    const std::string& function = s.grpo.reward.function;
+    if ((function == "math_answer" || function == "regex") && s.grpo.rollout.tokenizer.empty()) {
+      return r.Error("grpo.rollout.tokenizer",
+                     absl::StrCat("is needed by reward function ", function,
+                                  ", which reads the completion's text (a directory with the "
+                                  "model's tokenizer.json)"));
+    }
+    if (s.grpo.reward.length_penalty_buffer > s.grpo.rollout.max_new_tokens) {
+      return r.Error("grpo.reward.length_penalty_buffer",
+                     absl::StrCat("is longer than grpo.rollout.max_new_tokens (",
+                                  s.grpo.rollout.max_new_tokens, ")"));
+    }
+  }
 
   if (top.Has("lora")) {
     ASSIGN_OR_RETURN(Block lb, Block::Make(r, top.Get("lora"), "lora"));
@@ -797,6 +960,11 @@ absl::StatusOr<JobSpec> ReadSpec(const Reader& r, const YAML::Node& root) {
   }
   // Each data-parallel group (one rank without sequence parallelism) takes
   // whole examples.
+  if (s.grpo.online() && s.resources.sequence_parallel > 1) {
+    return r.Error("resources.sequence_parallel",
+                   "is not supported with online GRPO (grpo.rollout) yet: each worker decodes "
+                   "whole sequences; use 1");
+  }
   const int64_t groups = s.resources.world_size / s.resources.sequence_parallel;
   if (t.sequences_per_step < groups) {
     return r.Got(
@@ -894,6 +1062,28 @@ Json ToJsonValue(const JobSpec& s) {
                {"epsilon", s.grpo.epsilon},
                {"loss", GrpoLossName(s.grpo.loss)},
                {"reference", s.grpo.reference}};
+  // Written only for online jobs, so that offline specs hash as before.
+  if (s.grpo.online()) {
+    const RolloutSpec& o = s.grpo.rollout;
+    Json rollout = {{"group_size", o.group_size},
+                    {"max_new_tokens", o.max_new_tokens},
+                    {"temperature", o.temperature},
+                    {"top_p", o.top_p},
+                    {"top_k", o.top_k}};
+    if (!o.eos_from_config) rollout["eos_token_id"] = o.eos_token_ids;
+    if (!o.stop.empty()) rollout["stop"] = o.stop;
+    if (!o.tokenizer.empty()) rollout["tokenizer"] = o.tokenizer;
+    j["grpo"]["rollout"] = rollout;
+    const RewardSpec& w = s.grpo.reward;
+    Json reward = {{"reference_field", w.reference_field},
+                   {"timeout_s", w.timeout_s},
+                   {"length_penalty_buffer", w.length_penalty_buffer},
+                   {"length_penalty_weight", w.length_penalty_weight}};
+    if (!w.function.empty()) reward["function"] = w.function;
+    if (!w.pattern.empty()) reward["pattern"] = w.pattern;
+    if (!w.command.empty()) reward["command"] = w.command;
+    j["grpo"]["reward"] = reward;
+  }
   j["resources"] = {{"world_size", s.resources.world_size},
                     {"device", DeviceKindName(s.resources.device)}};
   // Written only when set, so that the spec hash of a job without sequence
@@ -1198,6 +1388,17 @@ absl::Status ValidateJobSpecFiles(const JobSpec& spec, absl::string_view base_di
   }
   if (spec.objective == Objective::kGrpo && spec.grpo.beta > 0) {
     RETURN_IF_ERROR(CheckModelDir("grpo.reference", base_dir, spec.grpo.reference));
+  }
+  if (spec.grpo.online() && !spec.grpo.rollout.tokenizer.empty()) {
+    const std::string tokenizer =
+        ResolveJobPath(base_dir, spec.grpo.rollout.tokenizer) + "/tokenizer.json";
+    if (!std::filesystem::is_regular_file(tokenizer, ec)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("grpo.rollout.tokenizer: '", tokenizer, "' ",
+                       std::filesystem::exists(tokenizer, ec)
+                           ? "is not a regular file (only regular files are read)"
+                           : "does not exist"));
+    }
   }
   return absl::OkStatus();
 }

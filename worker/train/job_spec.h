@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -120,11 +121,49 @@ struct DpoSpec {
   bool operator==(const DpoSpec&) const = default;
 };
 
+// Online GRPO's sampling (grpo.rollout): every step samples `group_size`
+// completions per prompt from the current weights (worker/engine/decode/).
+struct RolloutSpec {
+  int64_t group_size = 0;  // 0: offline GRPO (completions come with the data)
+  int64_t max_new_tokens = 256;
+  double temperature = 1.0;  // 0: greedy
+  double top_p = 1.0;        // nucleus; 1: off
+  int64_t top_k = 0;         // 0: off
+  // Tokens that end a completion (besides max_new_tokens): `eos_token_id`
+  // ids (default: the model's config.json eos_token_id), and token
+  // sequences (`stop`), kept in the completion.
+  std::vector<int64_t> eos_token_ids;
+  bool eos_from_config = true;  // eos_token_ids not given: the model's
+  std::vector<std::vector<int64_t>> stop;
+  std::string tokenizer;  // directory with tokenizer.json for completion text ("" none)
+  bool enabled() const { return group_size > 0; }
+  bool operator==(const RolloutSpec&) const = default;
+};
+
+// How online GRPO scores a completion (grpo.reward; worker/train/rollout/reward.h):
+// a built-in function, or a user program speaking JSON lines.
+struct RewardSpec {
+  std::string function;                    // math_answer | exact_match | token_match | regex
+  std::string reference_field = "answer";  // the prompt line's field compared against
+  std::string pattern;                     // regex: reward 1 when the completion text matches
+  std::vector<std::string> command;        // a program and its arguments (instead of `function`)
+  double timeout_s = 60;                   // the program's wall-clock limit per step
+  // DAPO's soft overlong penalty, added to the reward: 0 up to
+  // max_new_tokens - length_penalty_buffer tokens, then falling linearly to
+  // -length_penalty_weight at max_new_tokens. 0: off.
+  int64_t length_penalty_buffer = 0;
+  double length_penalty_weight = 1.0;
+  bool operator==(const RewardSpec&) const = default;
+};
+
 struct GrpoSpec {
   double beta = 0.04;    // weight of the k3 KL to the reference; 0: no reference model
   double epsilon = 0.2;  // ratio clipping: [1 - epsilon, 1 + epsilon]
   GrpoLoss loss = GrpoLoss::kGrpo;
   std::string reference;  // reference model directory; parse sets it to `model` when omitted
+  RolloutSpec rollout;    // group_size > 0: online (data holds prompts)
+  RewardSpec reward;
+  bool online() const { return rollout.enabled(); }
   bool operator==(const GrpoSpec&) const = default;
 };
 

@@ -487,6 +487,36 @@ absl::StatusOr<std::vector<DpoPair>> LoadDpoJsonl(const std::string& path,
   });
 }
 
+absl::StatusOr<RolloutPrompt> ParsePromptLine(absl::string_view line, const DataOptions& options,
+                                              int64_t max_new_tokens, absl::string_view where) {
+  RETURN_IF_ERROR(CheckVocab(options, where));
+  ASSIGN_OR_RETURN(Json object, ParseObject(line, where));
+  RolloutPrompt out;
+  ASSIGN_OR_RETURN(out.prompt,
+                   IdField(object, "prompt_ids", IdKind::kToken, options.vocab_size, where, false,
+                           " (online GRPO reads prompts: {\"prompt_ids\": [...], ...}; "
+                           "`sbp data prepare --format prompt` writes them)"));
+  const int64_t length = static_cast<int64_t>(out.prompt.size());
+  if (options.seq_len > 0 && length + max_new_tokens > options.seq_len) {
+    return Invalid(where, absl::StrCat("prompt_ids has ", length, " tokens; with ", max_new_tokens,
+                                       " new tokens (grpo.rollout.max_new_tokens) that is over "
+                                       "seq_len ",
+                                       options.seq_len, " (at most ",
+                                       options.seq_len - max_new_tokens, " prompt tokens)"));
+  }
+  object.erase("prompt_ids");
+  out.fields = std::move(object);
+  return out;
+}
+
+absl::StatusOr<std::vector<RolloutPrompt>> LoadPromptJsonl(const std::string& path,
+                                                           const DataOptions& options,
+                                                           int64_t max_new_tokens) {
+  return LoadLines<RolloutPrompt>(path, [&](absl::string_view line, absl::string_view where) {
+    return ParsePromptLine(line, options, max_new_tokens, where);
+  });
+}
+
 absl::StatusOr<std::vector<GrpoGroup>> LoadGrpoJsonl(const std::string& path,
                                                      const DataOptions& options) {
   return LoadLines<GrpoGroup>(path, [&](absl::string_view line, absl::string_view where) {

@@ -8,6 +8,8 @@
 //                                                "old_logprobs": [...]}, ...]}
 //         old_logprobs is optional: one log-probability per id, from the
 //         policy that sampled the completion (absent: on-policy).
+//   GRPO online (grpo.rollout): {"prompt_ids": [...], ...}; the other fields
+//         (a reference "answer", tests, ...) are kept for the reward.
 // Every error is InvalidArgument (NotFound for a missing file) and names the
 // file, the line and the field ("data.jsonl:17: field 'chosen_ids' must be an
 // array of integers, got string"); nothing is returned unless the whole file
@@ -23,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 #include "worker/engine/batch.h"
 #include "worker/train/job_spec.h"
 
@@ -59,6 +62,13 @@ struct GrpoGroup {
   std::vector<GrpoCompletion> completions;  // at least one
 };
 
+// A prompt of online GRPO and the rest of its line (what rewards compare
+// against).
+struct RolloutPrompt {
+  std::vector<int32_t> prompt;
+  nlohmann::json fields = nlohmann::json::object();
+};
+
 // Prompt + response with the prompt's labels kIgnoreIndex, held to
 // options.seq_len (reject, or keep the prompt and cut the response; a prompt
 // that leaves no room is an error either way). `what` names the response
@@ -80,6 +90,12 @@ absl::StatusOr<DpoPair> ParseDpoLine(absl::string_view line, const DataOptions& 
 absl::StatusOr<GrpoGroup> ParseGrpoLine(absl::string_view line, const DataOptions& options,
                                         absl::string_view where);
 
+// A prompt line: prompt_ids must leave `max_new_tokens` within
+// options.seq_len (refused otherwise, naming the line: a completion is
+// never cut short by a prompt that is too long).
+absl::StatusOr<RolloutPrompt> ParsePromptLine(absl::string_view line, const DataOptions& options,
+                                              int64_t max_new_tokens, absl::string_view where);
+
 // Reads every line of `path`.
 absl::StatusOr<std::vector<TokenSequence>> LoadSftJsonl(const std::string& path,
                                                         const DataOptions& options);
@@ -87,6 +103,9 @@ absl::StatusOr<std::vector<DpoPair>> LoadDpoJsonl(const std::string& path,
                                                   const DataOptions& options);
 absl::StatusOr<std::vector<GrpoGroup>> LoadGrpoJsonl(const std::string& path,
                                                      const DataOptions& options);
+absl::StatusOr<std::vector<RolloutPrompt>> LoadPromptJsonl(const std::string& path,
+                                                           const DataOptions& options,
+                                                           int64_t max_new_tokens);
 
 // SFT without a length limit (the `sbp grad` tool).
 absl::StatusOr<TokenSequence> ParseSftLine(absl::string_view line, int64_t vocab_size,

@@ -136,16 +136,28 @@ class DpoStep final : public StepObjective {
   absl::flat_hash_map<int64_t, ReferenceLogProbs> cache_;
 };
 
-// GRPO on offline rollouts: the step's normaliser counts are summed over all
-// micro-batches before the first one runs; reference log-probs are cached.
+// GRPO: the groups come with the data (offline) or are sampled from the
+// current weights at the start of the step (online, `rollouts`). The
+// step's normaliser counts are summed over all micro-batches before the
+// first one runs; offline reference log-probs are cached (online
+// completions are new every step).
 class GrpoStep final : public StepObjective {
  public:
-  explicit GrpoStep(const StepContext& c) : c_(c), options_(GrpoOptionsFromSpec(c.spec.grpo)) {}
+  GrpoStep(const StepContext& c, RolloutSampler* rollouts)
+      : c_(c), options_(GrpoOptionsFromSpec(c.spec.grpo)), rollouts_(rollouts) {}
 
   absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                           ModelTensors& grads) override {
     std::vector<GrpoGroup> all;
-    for (int64_t i : indices) all.push_back(c_.dataset.GrpoAt(i));
+    ObjectiveStepResult result;
+    if (rollouts_ != nullptr) {
+      ASSIGN_OR_RETURN(RolloutBatch batch,
+                       rollouts_->Sample(c_.dataset, c_.weights, indices, step_));
+      all = std::move(batch.groups);
+      result.rollout = batch.stats;
+    } else {
+      for (int64_t i : indices) all.push_back(c_.dataset.GrpoAt(i));
+    }
     const GrpoCounts local = CountGrpo(all);
     std::vector<double> sums = {static_cast<double>(local.sequences),
                                 static_cast<double>(local.completion_tokens)};
@@ -156,15 +168,24 @@ class GrpoStep final : public StepObjective {
     global.sequences = static_cast<int64_t>(sums[0]);
     global.completion_tokens = static_cast<int64_t>(sums[1]);
     global.max_completion_length = static_cast<int64_t>(longest[0]);
-    ObjectiveStepResult result;
     double kl = 0, reward = 0;
     int64_t clipped = 0;
-    for (const auto& micro : MicroBatches(indices, c_.spec.train.micro_batch_sequences)) {
+    std::vector<size_t> positions(indices.size());
+    for (size_t k = 0; k < positions.size(); ++k) positions[k] = k;
+    for (const auto& micro : MicroBatches(positions, c_.spec.train.micro_batch_sequences)) {
       std::vector<GrpoGroup> groups;
       GrpoReferenceLogProbs refs;
-      for (int64_t i : micro) {
-        groups.push_back(c_.dataset.GrpoAt(i));
+      for (size_t k : micro) {
+        groups.push_back(std::move(all[k]));
         if (c_.reference == nullptr) continue;
+        if (rollouts_ != nullptr) {
+          ASSIGN_OR_RETURN(
+              GrpoReferenceLogProbs ref,
+              ComputeGrpoReferenceLogProbs(c_.reference_engine, *c_.reference, {groups.back()}));
+          refs.logprobs.push_back(std::move(ref.logprobs.front()));
+          continue;
+        }
+        const int64_t i = indices[k];
         auto cached = cache_.find(i);
         if (cached == cache_.end()) {
           ASSIGN_OR_RETURN(
@@ -189,7 +210,7 @@ class GrpoStep final : public StepObjective {
       }
     }
     const double tokens = std::max<double>(1.0, static_cast<double>(global.completion_tokens));
-    result.extra = {
+    result.extra = nlohmann::json{
         {"kl", kl / tokens},
         {"clip_fraction", static_cast<double>(clipped) / tokens},
         {"reward", reward / std::max<double>(1.0, static_cast<double>(global.sequences))}};
@@ -199,6 +220,7 @@ class GrpoStep final : public StepObjective {
  private:
   StepContext c_;
   GrpoOptions options_;
+  RolloutSampler* rollouts_;
   absl::flat_hash_map<int64_t, std::vector<std::vector<float>>> cache_;
 };
 
@@ -206,7 +228,8 @@ class GrpoStep final : public StepObjective {
 
 absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
     const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& weights,
-    Engine& reference_engine, const ModelTensors* reference, Communicator* comm) {
+    Engine& reference_engine, const ModelTensors* reference, Communicator* comm,
+    RolloutSampler* rollouts) {
   const StepContext context{spec, dataset, engine, weights, reference_engine, reference, comm};
   switch (spec.objective) {
     case Objective::kSft:
@@ -220,7 +243,12 @@ absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
       if (spec.grpo.beta > 0 && reference == nullptr) {
         return absl::InvalidArgumentError("grpo.reference: grpo.beta > 0 needs a reference model");
       }
-      return std::unique_ptr<StepObjective>(new GrpoStep(context));
+      if (spec.grpo.online() != (rollouts != nullptr)) {
+        return absl::FailedPreconditionError(
+            spec.grpo.online() ? "grpo.rollout: online GRPO needs a rollout sampler"
+                               : "a rollout sampler was given to an offline GRPO job");
+      }
+      return std::unique_ptr<StepObjective>(new GrpoStep(context, rollouts));
   }
   return absl::InvalidArgumentError("unknown objective");
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,6 +18,7 @@
 #include "worker/engine/parameter_store.h"
 #include "worker/train/dataset.h"
 #include "worker/train/job_spec.h"
+#include "worker/train/rollout/rollout.h"
 
 namespace sbp {
 
@@ -28,6 +30,7 @@ struct ObjectiveStepResult {
   int64_t tokens = 0;      // tokens run through the policy's forward + backward
   double model_flops = 0;  // TrainingFlops of those sequences
   nlohmann::json extra = nlohmann::json::object();  // numbers only
+  std::optional<RolloutStats> rollout;              // online GRPO: this rank's sampling
 };
 
 class StepObjective {
@@ -36,12 +39,19 @@ class StepObjective {
   // Gradients of the step's mean loss over `indices` ACCUMULATE into `grads`.
   virtual absl::StatusOr<ObjectiveStepResult> Run(const std::vector<int64_t>& indices,
                                                   ModelTensors& grads) = 0;
+  // The optimizer step the next Run belongs to (online sampling draws from it).
+  void set_step(int64_t step) { step_ = step; }
+
+ protected:
+  int64_t step_ = 0;
 };
 
 // `reference` is null when the objective needs none; `comm` is null on a
-// single worker.
+// single worker; `rollouts` samples online GRPO's completions (required
+// when spec.grpo.online(), else null).
 absl::StatusOr<std::unique_ptr<StepObjective>> MakeStepObjective(
     const JobSpec& spec, const Dataset& dataset, Engine& engine, const ModelTensors& weights,
-    Engine& reference_engine, const ModelTensors* reference, Communicator* comm = nullptr);
+    Engine& reference_engine, const ModelTensors* reference, Communicator* comm = nullptr,
+    RolloutSampler* rollouts = nullptr);
 
 }  // namespace sbp

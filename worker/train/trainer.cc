@@ -35,6 +35,7 @@
 #include "worker/train/metrics_log.h"
 #include "worker/train/optimizer.h"
 #include "worker/train/optimizer_state.h"
+#include "worker/train/rollout/rollout.h"
 #include "worker/train/run_directory.h"
 #include "worker/train/step_objective.h"
 #include "worker/train/tier_meter.h"
@@ -229,7 +230,72 @@ absl::Status WithMemoryPlan(absl::Status status, const JobSpec& spec, const Mode
       " of a ", FormatByteSize(budget_bytes), " budget; `sbp plan` suggests what fits)"));
 }
 
+// The rollout sampler of an online GRPO job: rewards run in the run
+// directory, a reward program's stderr goes to the worker's log.
+absl::StatusOr<std::unique_ptr<RolloutSampler>> CreateRolloutSampler(const JobSpec& spec,
+                                                                     const TrainOptions& options,
+                                                                     const ModelConfig& config,
+                                                                     Backend& backend,
+                                                                     const std::string& run_dir) {
+  if (!spec.grpo.reward.command.empty() && !options.allow_reward_programs) {
+    return absl::InvalidArgumentError(
+        "grpo.reward.command: this worker does not run reward programs (start sbp-worker with "
+        "--allow-reward-programs to let jobs run them); use a built-in grpo.reward.function");
+  }
+  RewardContext reward;
+  reward.working_dir = run_dir;
+  const std::string job = spec.name;
+  reward.on_stderr_line = [job](const std::string& line) {
+    LOG(INFO) << job << ": reward program: " << line;
+  };
+  const std::string tokenizer = spec.grpo.rollout.tokenizer.empty()
+                                    ? std::string()
+                                    : ResolveJobPath(options.base_dir, spec.grpo.rollout.tokenizer);
+  return RolloutSampler::Create(spec, config, backend, tokenizer, reward);
+}
+
+// The step's rollout figures over every rank: counts and sums add, the
+// longest completion and the slowest rank's seconds are maxima.
+absl::StatusOr<RolloutReport> SummariseRollouts(Communicator* comm, const RolloutStats& local,
+                                                double step_seconds) {
+  std::vector<double> sums = {static_cast<double>(local.completions), local.reward_sum,
+                              local.reward_squares, static_cast<double>(local.length_sum),
+                              static_cast<double>(local.truncated)};
+  std::vector<double> maxima = {static_cast<double>(local.length_max), local.seconds};
+  if (comm != nullptr && comm->world_size() > 1) {
+    RETURN_IF_ERROR(
+        comm->AllReduce(sums.data(), static_cast<int64_t>(sums.size()), ReduceOp::kSum));
+    RETURN_IF_ERROR(
+        comm->AllReduce(maxima.data(), static_cast<int64_t>(maxima.size()), ReduceOp::kMax));
+  }
+  RolloutReport r;
+  r.present = true;
+  const double n = std::max(1.0, sums[0]);
+  r.reward_mean = sums[1] / n;
+  r.reward_std = std::sqrt(std::max(0.0, sums[2] / n - r.reward_mean * r.reward_mean));
+  r.completion_length_mean = sums[3] / n;
+  r.completion_length_max = static_cast<int64_t>(maxima[0]);
+  r.truncated_fraction = sums[4] / n;
+  r.rollout_tokens = static_cast<int64_t>(sums[3]);
+  r.rollout_seconds = maxima[1];
+  r.train_seconds = std::max(0.0, step_seconds - r.rollout_seconds);
+  r.rollout_tokens_per_second = r.rollout_seconds > 0 ? sums[3] / r.rollout_seconds : 0;
+  return r;
+}
+
 }  // namespace
+
+nlohmann::json RolloutReport::ToJson() const {
+  return {{"reward_mean", reward_mean},
+          {"reward_std", reward_std},
+          {"completion_length_mean", completion_length_mean},
+          {"completion_length_max", completion_length_max},
+          {"truncated_fraction", truncated_fraction},
+          {"rollout_tokens", rollout_tokens},
+          {"rollout_seconds", rollout_seconds},
+          {"train_seconds", train_seconds},
+          {"rollout_tokens_per_second", rollout_tokens_per_second}};
+}
 
 nlohmann::json StepReport::ToJson() const {
   nlohmann::json j = {{"step", step},
@@ -257,6 +323,10 @@ nlohmann::json StepReport::ToJson() const {
     for (auto& [key, value] : extra.items()) j[key] = value;
   }
   if (eval_step == step && step > 0) j["eval_loss"] = eval_loss;
+  if (rollout.present) {
+    const nlohmann::json figures = rollout.ToJson();
+    for (auto& [key, value] : figures.items()) j[key] = value;
+  }
   return j;
 }
 
@@ -456,9 +526,15 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   std::optional<ModelTensors> ref_tensors;
   if (reference.has_value()) ref_tensors = BindModelTensors(*reference);
   if (ReferenceIsLoraBase(spec)) ref_tensors = BindModelTensors(weights);  // without adapters
-  ASSIGN_OR_RETURN(std::unique_ptr<StepObjective> objective,
-                   MakeStepObjective(spec, dataset, engine, w, reference_engine,
-                                     ref_tensors ? &*ref_tensors : nullptr, data_comm));
+  // Online GRPO samples each step's completions from these weights.
+  std::unique_ptr<RolloutSampler> rollouts;
+  if (spec.grpo.online()) {
+    ASSIGN_OR_RETURN(rollouts, CreateRolloutSampler(spec, options, config, backend, run_dir));
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<StepObjective> objective,
+      MakeStepObjective(spec, dataset, engine, w, reference_engine,
+                        ref_tensors ? &*ref_tensors : nullptr, data_comm, rollouts.get()));
 
   // The validation set, loaded before the first step so that a bad file
   // fails the attempt at once.
@@ -502,6 +578,7 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     const std::vector<int64_t> indices =
         RankShare(cursor.Next(spec.train.sequences_per_step), data_rank, data_world);
     optimizer->ZeroGradients();
+    objective->set_step(step);
     absl::StatusOr<ObjectiveStepResult> ran = objective->Run(indices, optimizer->grads());
     if (ran.status().code() == absl::StatusCode::kCancelled && observer->AbandonRequested()) {
       // Nothing of this step is kept: the weights are those of the last
@@ -546,6 +623,9 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     report.current_bytes = allocator.current_bytes();
     tiers.Fill(report);
     report.extra = result.extra;
+    if (result.rollout.has_value()) {
+      ASSIGN_OR_RETURN(report.rollout, SummariseRollouts(data_comm, *result.rollout, seconds));
+    }
     if (evaluator != nullptr && evaluator->Due(step, spec.train.steps)) {
       // After the update: the loss of the weights this step produced.
       absl::StatusOr<EvalResult> evaluated = evaluator->Run(engine, w, data_comm);

@@ -34,6 +34,21 @@
 
 namespace sbp {
 
+// Online GRPO's sampling in one step (grpo.rollout), over every rank.
+struct RolloutReport {
+  bool present = false;  // the job samples its completions online
+  double reward_mean = 0;
+  double reward_std = 0;              // population standard deviation over the step's completions
+  double completion_length_mean = 0;  // new tokens per completion
+  int64_t completion_length_max = 0;
+  double truncated_fraction = 0;  // completions that hit max_new_tokens
+  int64_t rollout_tokens = 0;     // new tokens sampled
+  double rollout_seconds = 0;     // sampling and scoring (the slowest rank)
+  double train_seconds = 0;       // the rest of the step: forward, backward, update
+  double rollout_tokens_per_second = 0;
+  nlohmann::json ToJson() const;
+};
+
 struct StepReport {
   int64_t step = 0;
   int64_t total_steps = 0;
@@ -61,6 +76,7 @@ struct StepReport {
   double offload_copy_seconds = 0;
   double offload_wait_seconds = 0;
   nlohmann::json extra;  // objective figures (DPO accuracy, GRPO KL, ...)
+  RolloutReport rollout;
   // The latest validation loss (`eval:`), computed after step eval_step
   // (0: none yet); metrics.jsonl has it on that step's line only.
   int64_t eval_step = 0;
@@ -123,6 +139,10 @@ struct TrainOptions {
   // ranks; required for resources.sequence_parallel > 1, with `connect`).
   std::function<absl::StatusOr<std::unique_ptr<Communicator>>(Backend&, int group_size)>
       connect_sequence_group;
+  // Whether jobs may run reward programs (grpo.reward.command) here: true
+  // for a local run, and on a shared worker only when its operator says so
+  // (sbp-worker --allow-reward-programs), since the program runs as the worker.
+  bool allow_reward_programs = true;
   // Host memory and local disk this worker offers the memory tiers
   // (streambp.offload: auto chooses among them; checkpoint_offload.h).
   OffloadResources offload;

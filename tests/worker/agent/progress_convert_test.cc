@@ -37,6 +37,38 @@ TEST(ToJobProgressTest, CopiesEveryFigure) {
   EXPECT_EQ(p.checkpoint_tier(), "device");
   EXPECT_FALSE(p.optimizer_offload());
   EXPECT_DOUBLE_EQ(p.offload_copy_bytes_per_second(), 0);
+  // No rollouts: the message is absent, not zero.
+  EXPECT_FALSE(p.has_rollout());
+}
+
+TEST(ToJobProgressTest, CopiesTheRolloutFiguresOfOnlineGrpo) {
+  StepReport r;
+  r.step = 5;
+  r.rollout.present = true;
+  r.rollout.reward_mean = 0.42;
+  r.rollout.reward_std = 0.1;
+  r.rollout.completion_length_mean = 37.5;
+  r.rollout.completion_length_max = 64;
+  r.rollout.truncated_fraction = 0.05;
+  r.rollout.rollout_tokens = 600;
+  r.rollout.rollout_seconds = 1.5;
+  r.rollout.train_seconds = 0.5;
+  r.rollout.rollout_tokens_per_second = 400;
+  const streambp::v1::JobProgress p = ToJobProgress(r, 1);
+  ASSERT_TRUE(p.has_rollout());
+  EXPECT_DOUBLE_EQ(p.rollout().reward_mean(), 0.42);
+  EXPECT_DOUBLE_EQ(p.rollout().reward_std(), 0.1);
+  EXPECT_DOUBLE_EQ(p.rollout().completion_length_mean(), 37.5);
+  EXPECT_EQ(p.rollout().completion_length_max(), 64);
+  EXPECT_DOUBLE_EQ(p.rollout().truncated_fraction(), 0.05);
+  EXPECT_DOUBLE_EQ(p.rollout().rollout_tokens_per_second(), 400);
+  EXPECT_DOUBLE_EQ(p.rollout().rollout_seconds(), 1.5);
+  EXPECT_DOUBLE_EQ(p.rollout().train_seconds(), 0.5);
+
+  // A step whose figures are all zero still says it sampled online.
+  StepReport zero;
+  zero.rollout.present = true;
+  EXPECT_TRUE(ToJobProgress(zero, 1).has_rollout());
 }
 
 TEST(ToJobProgressTest, CopiesTheMemoryTiersAndTheCopyRate) {

@@ -17,7 +17,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "kernels/allocator.h"
+#include "prometheus/text_serializer.h"
 #include "tests/worker/agent/fake_coordinator.h"
+#include "worker/agent/worker_metrics.h"
 #include "worker/model/model_config.h"
 #include "worker/model/model_io.h"
 
@@ -338,6 +340,9 @@ TEST_F(WorkerAgentTest, ServesWorkerMetrics) {
         "sbp_train_mfu_ratio{job=\"job-metrics\"}", "sbp_train_step{job=\"job-metrics\"} 3"}) {
     EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
   }
+  // An SFT job samples nothing online: no rollout series.
+  EXPECT_EQ(text.find("sbp_rollout_"), std::string::npos) << text;
+  EXPECT_EQ(text.find("sbp_train_compute_seconds_total"), std::string::npos) << text;
 }
 
 // The value of the sample `series` (name and labels, exactly) in `text`; -1
@@ -346,6 +351,69 @@ double Sample(const std::string& text, const std::string& series) {
   const size_t at = text.find("\n" + series + " ");
   if (at == std::string::npos) return -1;
   return std::stod(text.substr(at + series.size() + 2));
+}
+
+// Online GRPO's rollout figures: per job, only for steps that report them,
+// the step time split accumulating, and gone with the job's other series.
+TEST(WorkerMetricsTest, RolloutSeriesOnlyForJobsThatSampleOnline) {
+  auto metrics = WorkerMetrics::Create("", int64_t{1} << 30);
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  auto scrape = [&] {
+    return "\n" + prometheus::TextSerializer().Serialize((*metrics)->registry().Collect());
+  };
+  StepReport sft;
+  sft.step = 1;
+  sft.step_seconds = 0.5;
+  (*metrics)->OnStep("job-sft", sft);
+  std::string text = scrape();
+  EXPECT_GE(Sample(text, "sbp_train_step{job=\"job-sft\"}"), 1) << text;
+  EXPECT_EQ(text.find("sbp_rollout_"), std::string::npos) << text;
+  EXPECT_EQ(text.find("sbp_train_compute_seconds_total"), std::string::npos) << text;
+
+  StepReport grpo;
+  grpo.step = 1;
+  grpo.step_seconds = 2;
+  grpo.rollout.present = true;
+  grpo.rollout.reward_mean = 0.5;
+  grpo.rollout.reward_std = 0.25;
+  grpo.rollout.completion_length_mean = 37.5;
+  grpo.rollout.completion_length_max = 64;
+  grpo.rollout.truncated_fraction = 0.125;
+  grpo.rollout.rollout_tokens = 600;
+  grpo.rollout.rollout_tokens_per_second = 400;
+  grpo.rollout.rollout_seconds = 1.5;
+  grpo.rollout.train_seconds = 0.5;
+  (*metrics)->OnStep("job-grpo", grpo);
+  grpo.step = 2;
+  grpo.rollout.reward_mean = 0.75;
+  grpo.rollout.completion_length_max = 48;
+  (*metrics)->OnStep("job-grpo", grpo);
+  text = scrape();
+  const std::string job = "{job=\"job-grpo\"}";
+  EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_reward_mean" + job), 0.75) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_reward_std" + job), 0.25) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_completion_length_mean" + job), 37.5) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_completion_length_max" + job), 48) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_truncated_ratio" + job), 0.125) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_tokens_per_second" + job), 400) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_seconds_total" + job), 3) << text;
+  EXPECT_DOUBLE_EQ(Sample(text, "sbp_train_compute_seconds_total" + job), 1) << text;
+  for (const char* type :
+       {"sbp_rollout_reward_mean gauge", "sbp_rollout_reward_std gauge",
+        "sbp_rollout_completion_length_mean gauge", "sbp_rollout_completion_length_max gauge",
+        "sbp_rollout_truncated_ratio gauge", "sbp_rollout_tokens_per_second gauge",
+        "sbp_rollout_seconds_total counter", "sbp_train_compute_seconds_total counter"}) {
+    const std::string line = std::string("\n# TYPE ") + type + "\n";
+    EXPECT_NE(text.find(line), std::string::npos) << line << text;
+  }
+  // The SFT job's series went when the GRPO job came.
+  EXPECT_EQ(text.find("job-sft"), std::string::npos) << text;
+
+  // The next job samples nothing online: the rollout series go with the last.
+  (*metrics)->OnStep("job-sft-2", sft);
+  text = scrape();
+  EXPECT_EQ(text.find("sbp_rollout_"), std::string::npos) << text;
+  EXPECT_EQ(text.find("sbp_train_compute_seconds_total"), std::string::npos) << text;
 }
 
 // The memory tiers: the worker registers what it offers them, hands it to
