@@ -653,9 +653,15 @@ absl::Status ReadReward(const Reader& r, const Block& b, RewardSpec& out) {
                    list);
     }
     for (const YAML::Node& item : list) {
-      if (!item.IsScalar() || item.Scalar().empty() || item.Scalar().size() > 4095 ||
-          item.Scalar().find('\0') != std::string::npos || !IsValidUtf8(item.Scalar())) {
-        return r.Got(b.Path("command"), "must list non-empty text arguments", item);
+      const bool control =
+          item.IsScalar() && std::any_of(item.Scalar().begin(), item.Scalar().end(), [](char c) {
+            const unsigned char u = static_cast<unsigned char>(c);
+            return u < 0x20 || u == 0x7f;
+          });
+      if (!item.IsScalar() || item.Scalar().empty() || item.Scalar().size() > 4095 || control ||
+          !IsValidUtf8(item.Scalar())) {
+        return r.Got(b.Path("command"),
+                     "must list non-empty text arguments (no control characters)", item);
       }
       out.command.push_back(item.Scalar());
     }
