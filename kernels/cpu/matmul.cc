@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/matmul_few_rows.h"
 #include "kernels/cpu/op_checks.h"
 
 namespace sbp::cpu {
@@ -57,6 +58,10 @@ void MatmulXWt(const Tensor& x, const Tensor& w, Tensor& y, bool accumulate) {
   CHECK(x.dim(-1) == k && y.dim(-1) == m && RowCount(y, "y") == n)
       << "MatmulXWt: y " << y.DebugString() << " = x " << x.DebugString() << " . w^T "
       << w.DebugString();
+  if (UseFewRowsMatmul(n, m * k)) {
+    MatmulXWtFewRows(x.data<float>(), n, w.data<float>(), m, k, y.data<float>(), accumulate);
+    return;
+  }
   Sgemm(false, true, n, m, k, x.data<float>(), k, w.data<float>(), k, accumulate ? 1.0f : 0.0f,
         y.data<float>());
 }

@@ -7,6 +7,8 @@
 //   AddBias:         y  [N, M] += bias [M]  (every row)
 //   BiasBackward:    dbias [M] += sum over rows of dy [N, M]
 //
+// MatmulXWt with a few rows and a large w (a decode step) streams w once
+// instead (matmul_few_rows.h).
 // Row tensors ([N, K], [N, M]) may have any leading dims: N = numel / last dim.
 // w and dw are [M, K]. Nothing is saved; the backward of a linear layer needs
 // its input x and w. BiasBackward sums columns in double over the rows in

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/matmul_few_rows.h"
 #include "tests/kernels/op_test_util.h"
 
 namespace sbp {
@@ -155,6 +157,44 @@ TEST(Matmul, LargeBiasBackwardIsAccurateAndIndependentOfThreadCount) {
   omp_set_num_threads(saved);
   EXPECT_TRUE(op_test::BitwiseEqual(one, two));
   EXPECT_LT(op_test::RelErr(two, want), 1e-7);
+}
+
+// A decode step's shape: a few rows of x against a large w take the streaming
+// path (matmul_few_rows.h). Every row count it serves (remainders of the
+// four-row groups), a w-row count that leaves a partial block, both
+// accumulate modes, and the same bits on one thread as on two.
+TEST(Matmul, FewRowsAgainstALargeWeightMatchNaiveAndIgnoreThreadCount) {
+  const int64_t m = 4099, k = 67;  // m * k >= 2^18: the streaming path
+  ASSERT_TRUE(cpu::UseFewRowsMatmul(1, m * k));
+  ASSERT_FALSE(cpu::UseFewRowsMatmul(cpu::kFewRowsMaxRows + 1, m * k));
+  ASSERT_FALSE(cpu::UseFewRowsMatmul(4, 64 * 64));
+  Tensor w = op_test::RandomTensor({m, k}, 30);
+  const Vec wd = op_test::ToDouble(w);
+  const int saved = omp_get_max_threads();
+  for (int64_t n = 1; n <= cpu::kFewRowsMaxRows; ++n) {
+    for (const bool accumulate : {false, true}) {
+      Tensor x = op_test::RandomTensor({n, k}, 31 + n);
+      Tensor start = op_test::RandomTensor({n, m}, 50 + n);
+      Vec want = LinearReference(op_test::ToDouble(x), wd, n, m, k);
+      if (accumulate) want = op_test::AddVec(want, op_test::ToDouble(start));
+      Tensor one = op_test::NewTensor({n, m});
+      Tensor two = op_test::NewTensor({n, m});
+      for (Tensor* y : {&one, &two}) {
+        if (accumulate) {
+          std::copy_n(start.data<float>(), n * m, y->data<float>());
+        } else {
+          op_test::FillWith(*y, std::numeric_limits<float>::quiet_NaN());
+        }
+      }
+      omp_set_num_threads(1);
+      cpu::MatmulXWt(x, w, one, accumulate);
+      omp_set_num_threads(2);
+      cpu::MatmulXWt(x, w, two, accumulate);
+      omp_set_num_threads(saved);
+      EXPECT_LT(op_test::RelErr(two, want), op_test::kForwardTol) << n << " rows";
+      EXPECT_TRUE(op_test::BitwiseEqual(one, two)) << n << " rows";
+    }
+  }
 }
 
 TEST(Matmul, LargeLayoutsMatchNaive) {

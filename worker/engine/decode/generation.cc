@@ -1,5 +1,7 @@
 #include "worker/engine/decode/generation.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -122,6 +124,10 @@ absl::StatusOr<std::vector<Generation>> Generate(Decoder& decoder, const ModelTe
   GenerationStats& st = stats != nullptr ? *stats : local_stats;
   std::vector<Generation> out(requests.size());
   TokenSampler sampler(options.sampling);
+  // A step's rows are sampled in parallel, each thread with its own scratch;
+  // a row's token depends only on its logits and its own stream.
+  std::vector<TokenSampler> row_samplers(static_cast<size_t>(std::max(1, omp_get_max_threads())),
+                                         TokenSampler(options.sampling));
   HostLogits host;
   const int64_t wave =
       options.max_batch > 0 ? options.max_batch : std::max<int64_t>(1, requests.size());
@@ -179,6 +185,11 @@ absl::StatusOr<std::vector<Generation>> Generate(Decoder& decoder, const ModelTe
     st.prefill_seconds += SecondsSince(prefill_start);
 
     const auto decode_start = Clock::now();
+    // One logits buffer for the wave's steps (its first rows serve a step with
+    // fewer live sequences): a fresh [rows, vocab] tensor each step would be
+    // pages faulted in again every step.
+    ASSIGN_OR_RETURN(Tensor wave_logits,
+                     MakeDecodeLogits(backend, static_cast<int64_t>(live.size()), vocab));
     while (true) {
       std::vector<int32_t> tokens;
       std::vector<KvCache*> caches;
@@ -191,13 +202,20 @@ absl::StatusOr<std::vector<Generation>> Generate(Decoder& decoder, const ModelTe
       }
       if (tokens.empty()) break;
       const int64_t b = static_cast<int64_t>(tokens.size());
-      ASSIGN_OR_RETURN(Tensor logits, MakeDecodeLogits(backend, b, vocab));
+      Tensor logits = wave_logits.Rows(0, b);
       RETURN_IF_ERROR(decoder.Step(weights, tokens, caches, logits));
       ASSIGN_OR_RETURN(const float* data, host.Read(backend, logits));
+      std::vector<SampledToken> sampled(static_cast<size_t>(b));
+#pragma omp parallel for schedule(static, 1) if (b > 1)
+      for (int64_t k = 0; k < b; ++k) {
+        const Live& l = live[rows[static_cast<size_t>(k)]];
+        sampled[static_cast<size_t>(k)] =
+            row_samplers[static_cast<size_t>(omp_get_thread_num()) % row_samplers.size()].Sample(
+                data + k * vocab, vocab, requests[l.request].stream);
+      }
       for (int64_t k = 0; k < b; ++k) {
         Live& l = live[rows[static_cast<size_t>(k)]];
-        l.done =
-            append(l.request, sampler.Sample(data + k * vocab, vocab, requests[l.request].stream));
+        l.done = append(l.request, sampled[static_cast<size_t>(k)]);
         st.new_tokens += 1;
       }
     }
