@@ -16,6 +16,7 @@
 #include "worker/model/file_util.h"
 #include "worker/model/model_io.h"
 #include "worker/model/safetensors.h"
+#include "worker/train/checkpoint_companions.h"
 #include "worker/train/peft_adapter.h"
 
 namespace sbp {
@@ -156,6 +157,7 @@ absl::Status WriteCheckpointModelAndState(const CheckpointSink& sink,
     RETURN_IF_ERROR(SaveModelDirectory(staging_dir, weights.config(), weights.NamedTensors(),
                                        CheckpointWeightDType(weights.config())));
   }
+  RETURN_IF_ERROR(WriteCheckpointCompanions(sink.base_model, weights.config(), staging_dir));
   return WriteFileAtomically(staging_dir + "/trainer_state.json", state.ToJson().dump(2) + "\n");
 }
 

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/failure_kind.h"
 #include "common/logging.h"
@@ -39,6 +41,7 @@
 #include "worker/train/run_directory.h"
 #include "worker/train/step_objective.h"
 #include "worker/train/tier_meter.h"
+#include "worker/train/tracking/tensorboard_log.h"
 
 namespace sbp {
 namespace {
@@ -299,6 +302,7 @@ nlohmann::json RolloutReport::ToJson() const {
 
 nlohmann::json StepReport::ToJson() const {
   nlohmann::json j = {{"step", step},
+                      {"epoch", epoch},
                       {"loss", loss},
                       {"lr", lr},
                       {"grad_norm", grad_norm},
@@ -327,6 +331,7 @@ nlohmann::json StepReport::ToJson() const {
     const nlohmann::json figures = rollout.ToJson();
     for (auto& [key, value] : figures.items()) j[key] = value;
   }
+  if (!time.empty()) j["time"] = time;
   return j;
 }
 
@@ -509,12 +514,18 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   }
   start_info.resumed_step = state.step;
   std::optional<MetricsLog> metrics;
+  std::optional<TensorBoardLog> tensorboard;
   if (rank == 0) {
     RETURN_IF_ERROR(may_write());
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(run_dir + "/metrics.jsonl", state.step));
+    ASSIGN_OR_RETURN(tensorboard, TensorBoardLog::Open(run_dir + "/tb", state.step + 1,
+                                                       absl::ToUnixMicros(absl::Now()) * 1e-6));
   }
-  const CheckpointSink sink{run_dir, options.attempt, [&] { return may_write(); },
-                            ResolveJobPath(options.base_dir, spec.model)};
+  const CheckpointSink sink{
+      run_dir, options.attempt, [&] { return may_write(); },
+      // Absolute, so that an adapter's base_model_name_or_path
+      // works from any working directory.
+      fs::absolute(ResolveJobPath(options.base_dir, spec.model)).lexically_normal().string()};
 
   Engine reference_engine(
       config, backend,
@@ -610,6 +621,10 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     StepReport report;
     report.step = step;
     report.total_steps = spec.train.steps;
+    const absl::Time ended = absl::Now();
+    report.time = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", ended, absl::UTCTimeZone());
+    report.epoch = static_cast<double>(cursor.examples_taken()) /
+                   static_cast<double>(std::max<int64_t>(1, dataset.size()));
     report.loss = result.loss;
     report.lr = lr;
     report.grad_norm = grad_norm;
@@ -654,7 +669,10 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
     }
     if (metrics.has_value()) {
       RETURN_IF_ERROR(may_write());
-      RETURN_IF_ERROR(WithStorageDetails(metrics->Append(report.ToJson().dump()), run_dir));
+      const nlohmann::json line = report.ToJson();
+      RETURN_IF_ERROR(WithStorageDetails(metrics->Append(line.dump()), run_dir));
+      RETURN_IF_ERROR(WithStorageDetails(
+          tensorboard->AppendScalars(step, absl::ToUnixMicros(ended) * 1e-6, line), run_dir));
     }
     observer->OnStep(report);
     state.last_loss = result.loss;

@@ -52,6 +52,8 @@ struct RolloutReport {
 struct StepReport {
   int64_t step = 0;
   int64_t total_steps = 0;
+  std::string time;  // when the step ended, RFC 3339 UTC with milliseconds
+  double epoch = 0;  // passes over the data so far: examples taken / dataset size
   double loss = 0;
   double lr = 0;
   double grad_norm = 0;

@@ -57,7 +57,11 @@ TEST_F(LoraTrainingTest, LearnsAndSavesAPeftAdapter) {
   EXPECT_EQ(config["lora_alpha"], 8.0);
   EXPECT_EQ(config["target_modules"], nlohmann::json(LoraModuleNames()));
   // What PEFT's AutoPeftModelForCausalLM loads the base model from.
-  EXPECT_EQ(config["base_model_name_or_path"], spec.model);
+  // An absolute path, so that it loads from any working directory.
+  EXPECT_EQ(config["base_model_name_or_path"],
+            fs::absolute(spec.model).lexically_normal().string());
+  EXPECT_TRUE(fs::path(config["base_model_name_or_path"].get<std::string>()).is_absolute());
+  EXPECT_TRUE(fs::exists(dir + "/generation_config.json"));
   auto options = ReadPeftAdapterConfig(dir);
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->r, 4);
