@@ -440,6 +440,16 @@ bool IsValidUtf8(absl::string_view text) {
   return true;
 }
 
+// The offset of the first control byte of `text` other than NUL (which
+// paths report on their own), if any.
+std::optional<size_t> ControlByteOffset(absl::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c != 0 && (c < 0x20 || c == 0x7f)) return i;
+  }
+  return std::nullopt;
+}
+
 absl::Status ReadString(const Reader& r, const Block& b, absl::string_view key, std::string& out) {
   const YAML::Node node = b.Get(key);
   if (node.IsNull()) return absl::OkStatus();
@@ -452,13 +462,11 @@ absl::Status ReadString(const Reader& r, const Block& b, absl::string_view key, 
   // A raw line break or other control byte does not survive the YAML form
   // (a plain scalar loses a trailing CR), and no name or path needs one.
   // NUL is left to ReadPath, which says why a path cannot hold it.
-  for (size_t i = 0; i < node.Scalar().size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(node.Scalar()[i]);
-    if (c != 0 && (c < 0x20 || c == 0x7f)) {
-      return r.Error(b.Path(key),
-                     absl::StrCat("must not hold control characters (byte 0x",
-                                  absl::Hex(c, absl::kZeroPad2), " at offset ", i, ")"));
-    }
+  if (const std::optional<size_t> at = ControlByteOffset(node.Scalar())) {
+    const unsigned char c = static_cast<unsigned char>(node.Scalar()[*at]);
+    return r.Error(b.Path(key),
+                   absl::StrCat("must not hold control characters (byte 0x",
+                                absl::Hex(c, absl::kZeroPad2), " at offset ", *at, ")"));
   }
   out = node.Scalar();
   return absl::OkStatus();
@@ -653,13 +661,9 @@ absl::Status ReadReward(const Reader& r, const Block& b, RewardSpec& out) {
                    list);
     }
     for (const YAML::Node& item : list) {
-      const bool control =
-          item.IsScalar() && std::any_of(item.Scalar().begin(), item.Scalar().end(), [](char c) {
-            const unsigned char u = static_cast<unsigned char>(c);
-            return u < 0x20 || u == 0x7f;
-          });
-      if (!item.IsScalar() || item.Scalar().empty() || item.Scalar().size() > 4095 || control ||
-          !IsValidUtf8(item.Scalar())) {
+      if (!item.IsScalar() || item.Scalar().empty() || item.Scalar().size() > 4095 ||
+          item.Scalar().find('\0') != std::string::npos ||
+          ControlByteOffset(item.Scalar()).has_value() || !IsValidUtf8(item.Scalar())) {
         return r.Got(b.Path("command"),
                      "must list non-empty text arguments (no control characters)", item);
       }

@@ -3,9 +3,8 @@
 // resumes from (a resumed run rewrites what came after its checkpoint); the
 // kept lines are written to a new file that replaces the old one, so an older
 // attempt that still holds the old file open can no longer change what
-// readers see, and every line is one append-mode write, so no line is torn
-// or padded with NULs. Write errors name the file; failing storage (ENOSPC,
-// EIO, EROFS) is marked FailureKind::kStorage.
+// readers see, and every line is one append-mode write (AppendFile), so no
+// line is torn or padded with NULs.
 #pragma once
 
 #include <cstdint>
@@ -13,23 +12,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "worker/train/tracking/append_file.h"
 
 namespace sbp {
 
 class MetricsLog {
  public:
   static absl::StatusOr<MetricsLog> Open(const std::string& path, int64_t keep_through_step);
-  MetricsLog(MetricsLog&& other) noexcept;
-  MetricsLog& operator=(MetricsLog&& other) noexcept;
-  ~MetricsLog();
 
   // Appends `line` and a newline.
   absl::Status Append(absl::string_view line);
 
  private:
-  MetricsLog(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  std::string path_;
-  int fd_ = -1;
+  explicit MetricsLog(AppendFile file) : file_(std::move(file)) {}
+  AppendFile file_;
 };
 
 }  // namespace sbp

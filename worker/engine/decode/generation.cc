@@ -123,7 +123,6 @@ absl::StatusOr<std::vector<Generation>> Generate(Decoder& decoder, const ModelTe
   GenerationStats local_stats;
   GenerationStats& st = stats != nullptr ? *stats : local_stats;
   std::vector<Generation> out(requests.size());
-  TokenSampler sampler(options.sampling);
   // A step's rows are sampled in parallel, each thread with its own scratch;
   // a row's token depends only on its logits and its own stream.
   std::vector<TokenSampler> row_samplers(static_cast<size_t>(std::max(1, omp_get_max_threads())),
@@ -177,7 +176,7 @@ absl::StatusOr<std::vector<Generation>> Generate(Decoder& decoder, const ModelTe
         GenerationRequest& request = requests[l.request];
         RETURN_IF_ERROR(decoder.Prefill(weights, request.prompt, l.cache, logits));
         ASSIGN_OR_RETURN(const float* row, host.Read(backend, logits));
-        l.done = append(l.request, sampler.Sample(row, vocab, request.stream));
+        l.done = append(l.request, row_samplers.front().Sample(row, vocab, request.stream));
         st.prompt_tokens += static_cast<int64_t>(request.prompt.size());
         st.new_tokens += 1;
       }

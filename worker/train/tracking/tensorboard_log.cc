@@ -1,15 +1,11 @@
 #include "worker/train/tracking/tensorboard_log.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "common/failure_kind.h"
 #include "common/file_confinement.h"
 #include "common/status_macros.h"
 #include "tensorboard/event.pb.h"
@@ -17,10 +13,6 @@
 
 namespace sbp {
 namespace {
-
-absl::Status WriteError(const std::string& path, int error) {
-  return FileOperationError(absl::StrCat(path, ": write failed: ", std::strerror(error)), error);
-}
 
 void AppendLittleEndian(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFFu));
@@ -76,18 +68,15 @@ absl::StatusOr<TensorBoardLog> TensorBoardLog::Open(const std::string& dir, int6
   RETURN_IF_ERROR(CheckConfinedPath(dir, FileAccess::kWrite));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return WriteError(dir, ec.value());
+  if (ec) return AppendWriteError(dir, ec.value());
   // A counter keeps two logs opened by one process in one second apart.
   static std::atomic<int> opened{0};
   const std::string path =
       absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(wall_time), ".", HostPart(),
                    ".", ::getpid(), ".", opened.fetch_add(1));
   RETURN_IF_ERROR(CheckConfinedPath(path, FileAccess::kWrite));
-  const int fd =
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) return WriteError(path, errno);
-  TensorBoardLog log(path, fd);
-  RETURN_IF_ERROR(CheckOpenedDescriptor(fd, path, FileAccess::kWrite));
+  ASSIGN_OR_RETURN(AppendFile file, AppendFile::Open(path, AppendFile::Mode::kCreateNew));
+  TensorBoardLog log(std::move(file));
 
   tensorboard::Event version;
   version.set_wall_time(wall_time);
@@ -96,27 +85,8 @@ absl::StatusOr<TensorBoardLog> TensorBoardLog::Open(const std::string& dir, int6
   start.set_wall_time(wall_time);
   start.set_step(first_step);
   start.mutable_session_log()->set_status(tensorboard::SessionLog::START);
-  RETURN_IF_ERROR(log.Write(Serialized(version) + Serialized(start)));
+  RETURN_IF_ERROR(log.file_.Append(Serialized(version) + Serialized(start)));
   return log;
-}
-
-TensorBoardLog::TensorBoardLog(TensorBoardLog&& other) noexcept
-    : path_(std::move(other.path_)), fd_(other.fd_) {
-  other.fd_ = -1;
-}
-
-TensorBoardLog& TensorBoardLog::operator=(TensorBoardLog&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    path_ = std::move(other.path_);
-    fd_ = other.fd_;
-    other.fd_ = -1;
-  }
-  return *this;
-}
-
-TensorBoardLog::~TensorBoardLog() {
-  if (fd_ >= 0) ::close(fd_);
 }
 
 absl::Status TensorBoardLog::AppendScalars(int64_t step, double wall_time,
@@ -125,14 +95,7 @@ absl::Status TensorBoardLog::AppendScalars(int64_t step, double wall_time,
   event.set_wall_time(wall_time);
   event.set_step(step);
   AddScalars(metrics, "", *event.mutable_summary());
-  return Write(Serialized(event));
-}
-
-absl::Status TensorBoardLog::Write(absl::string_view bytes) {
-  const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-  if (n < 0) return WriteError(path_, errno);
-  if (static_cast<size_t>(n) != bytes.size()) return WriteError(path_, ENOSPC);
-  return absl::OkStatus();
+  return file_.Append(Serialized(event));
 }
 
 }  // namespace sbp

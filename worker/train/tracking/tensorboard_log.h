@@ -9,8 +9,7 @@
 // run rewrites what came after its checkpoint), and the run reads as one
 // curve. Records are TensorBoard's: the length (u64 little-endian), its
 // masked CRC-32C, the serialized Event, its masked CRC-32C; a step's record
-// is one append-mode write. Paths are confined as metrics.jsonl's are; write
-// errors name the file and mark failing storage FailureKind::kStorage.
+// is one append-mode write to an AppendFile, as metrics.jsonl's lines are.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "worker/train/tracking/append_file.h"
 
 namespace sbp {
 
@@ -28,20 +28,15 @@ class TensorBoardLog {
   // is `first_step`. `wall_time`: seconds since the Unix epoch.
   static absl::StatusOr<TensorBoardLog> Open(const std::string& dir, int64_t first_step,
                                              double wall_time);
-  TensorBoardLog(TensorBoardLog&& other) noexcept;
-  TensorBoardLog& operator=(TensorBoardLog&& other) noexcept;
-  ~TensorBoardLog();
 
   // One event at `step` with a scalar for every number in `metrics`.
   absl::Status AppendScalars(int64_t step, double wall_time, const nlohmann::json& metrics);
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  TensorBoardLog(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  absl::Status Write(absl::string_view bytes);
-  std::string path_;
-  int fd_ = -1;
+  explicit TensorBoardLog(AppendFile file) : file_(std::move(file)) {}
+  AppendFile file_;
 };
 
 // The record framing of an event file, for one serialized Event.
