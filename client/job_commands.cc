@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "client/cli_common.h"
 #include "client/job_output.h"
 #include "client/job_watch.h"
+#include "client/run_resume.h"
+#include "client/submit_resume.h"
 #include "worker/model/file_util.h"
 #include "worker/train/job_spec.h"
 
@@ -49,6 +52,7 @@ int WatchDetaching(CoordinatorClient& client, const std::string& id, const char*
 
 struct JobArgs {
   std::string spec_path;
+  ResumeFlag resume;
   std::string id;
   std::string output;  // "" or "json"
   std::string request_id;
@@ -76,9 +80,26 @@ std::unique_ptr<CoordinatorClient> ConnectOrReport(const GlobalOptions& global,
 int Submit(const GlobalOptions& global, const JobArgs& args) {
   absl::StatusOr<std::string> spec = ReadJobSpecFile(args.spec_path);
   if (!spec.ok()) return ReportError("submit", spec.status());
+  // The coordinator is the judge of the spec; the client reads it only for
+  // the resume rule (a spec it cannot read goes as it is, to be refused there).
+  absl::StatusOr<JobSpec> parsed = ParseJobSpec(*spec, args.spec_path);
+  if (!parsed.ok() && args.resume.given) return ReportError("submit", parsed.status());
   int code = kExitOk;
   auto client = ConnectOrReport(global, "submit", &code);
   if (!client) return code;
+  // --resume continues an ended run in place; without it an earlier job of
+  // the same name is left as it is, and said so.
+  std::optional<v1::Job> not_resumed;
+  if (args.resume.given) {
+    absl::StatusOr<std::string> run_dir = ServiceRunToResume(*client, *parsed, args.resume);
+    if (!run_dir.ok()) return ReportError("submit", run_dir.status());
+    absl::StatusOr<std::string> continuing = SpecContinuingRun(*spec, *run_dir);
+    if (!continuing.ok()) return ReportError("submit", continuing.status());
+    spec = *std::move(continuing);
+    std::fprintf(stderr, "sbp submit: continuing the run in %s\n", run_dir->c_str());
+  } else if (parsed.ok() && parsed->resume_from.empty()) {
+    not_resumed = NewestJobNamed(*client, parsed->name);
+  }
   const std::string request_id = args.request_id.empty() ? NewRequestId() : args.request_id;
   absl::StatusOr<v1::SubmitJobResponse> response = client->Submit(*spec, request_id);
   if (!response.ok()) return ReportRpcError("submit", response.status());
@@ -90,6 +111,14 @@ int Submit(const GlobalOptions& global, const JobArgs& args) {
     std::fprintf(stderr, "%s %s: %s (%s)\n",
                  response->created() ? "submitted" : "already submitted (same request id)",
                  job.name().c_str(), StateName(job.state()).c_str(), job.reason().c_str());
+  }
+  if (not_resumed.has_value() && not_resumed->id() != job.id()) {
+    std::fprintf(
+        stderr,
+        "sbp submit: a new run in %s; not resuming job %s (%s, step %lld, run %s): "
+        "--resume continues it\n",
+        job.run_dir().c_str(), not_resumed->id().c_str(), StateName(not_resumed->state()).c_str(),
+        static_cast<long long>(not_resumed->progress().step()), not_resumed->run_dir().c_str());
   }
   std::fflush(stdout);
   if (!args.watch) return kExitOk;
@@ -204,13 +233,20 @@ void AddJobCommands(CLI::App& app, const GlobalOptions* global, int* exit_code) 
   };
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec to the coordinator");
-  submit->add_option("job", args->spec_path, "job spec (YAML)")->required();
+  submit->add_option("job", args->spec_path, "job spec (YAML)");
+  CLI::Option* resume = AddResumeOption(*submit, args->resume);
   submit->add_flag("--watch", args->watch, "follow the job to its end (exit code: its outcome)");
   submit->add_option("--request-id", args->request_id,
                      "idempotency key: resubmitting with the same id returns the same job "
                      "(default: a new random id)");
   AddOutputFlag(submit, args.get());
-  submit->callback(bind(Submit));
+  submit->callback([global, args, exit_code, resume] {
+    if (absl::Status s = TakeResumeFlag(*resume, args->resume, args->spec_path); !s.ok()) {
+      *exit_code = ReportError("submit", s);
+      return;
+    }
+    *exit_code = Submit(*global, *args);
+  });
 
   CLI::App* list = app.add_subcommand("list", "list jobs, newest first");
   list->add_option("--state", args->states, "only jobs in this state (repeatable)");

@@ -214,7 +214,10 @@ std::string JobDetails(const v1::Job& job) {
   if (job.failure_class() != v1::FAILURE_CLASS_UNSPECIFIED) {
     t.AddRow({"failure:", v1::FailureClass_Name(job.failure_class())});
   }
-  t.AddRow({"checkpoint:", job.last_checkpoint().empty() ? "-" : job.last_checkpoint()});
+  t.AddRow({"run:", job.run_dir().empty() ? "-" : job.run_dir()});
+  t.AddRow(
+      {"checkpoint:", absl::StrCat(job.last_checkpoint().empty() ? "-" : job.last_checkpoint(),
+                                   job.stopping() ? " (the workers are still stopping)" : "")});
   t.AddRow({"created:", TimeText(job.created_at())});
   t.AddRow({"started:", TimeText(job.started_at())});
   t.AddRow({"finished:", TimeText(job.finished_at())});

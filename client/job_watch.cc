@@ -20,6 +20,7 @@ namespace v1 = streambp::v1;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kGiveUpAfter = std::chrono::seconds(120);
+constexpr auto kAwaitStopping = std::chrono::seconds(60);
 
 bool Retryable(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable ||
@@ -118,6 +119,48 @@ class JobFollower {
   v1::Job last_;
 };
 
+// A cancelled job's workers checkpoint the step they stop at and report it
+// after the job turned CANCELLED: wait (bounded) for that last word, so that
+// what is printed is what they committed.
+v1::Job AwaitWorkersStopped(CoordinatorClient& client, const v1::Job& ended) {
+  if (ended.state() != v1::JOB_STATE_CANCELLED) return ended;
+  v1::Job job = ended;
+  const auto give_up = Clock::now() + kAwaitStopping;
+  while (true) {
+    absl::StatusOr<v1::Job> now = client.Get(ended.id());
+    if (!now.ok()) return job;
+    job = *std::move(now);
+    if (!job.stopping()) return job;
+    if (Clock::now() > give_up) {
+      std::fprintf(stderr, "(the workers of job %s had not reported their stop after %lld s)\n",
+                   ended.id().c_str(), static_cast<long long>(kAwaitStopping.count()));
+      return job;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// Where the run stopped: its directory, last step and last checkpoint, and
+// how to continue it.
+void PrintWhereItStopped(const v1::Job& job, const std::string& command) {
+  if (job.run_dir().empty()) return;
+  std::string line =
+      absl::StrCat("run ", job.run_dir(), ": last step ", job.progress().step(), ", ");
+  if (job.last_checkpoint().empty()) {
+    absl::StrAppend(&line, "no checkpoint");
+  } else {
+    absl::StrAppend(&line, "last checkpoint ", job.last_checkpoint());
+    if (job.state() != v1::JOB_STATE_SUCCEEDED) {
+      // `sbp run` finds runs on disk (its coordinator is gone with it); a
+      // coordinator finds the job.
+      const bool local = command == "run";
+      absl::StrAppend(&line, "; continue it with: sbp ", local ? "run" : "submit",
+                      " JOB.yaml --resume ", local ? job.run_dir() : job.id());
+    }
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 }  // namespace
 
 int WatchJob(CoordinatorClient& client, const std::string& id, const std::string& command) {
@@ -147,7 +190,8 @@ int WatchJob(CoordinatorClient& client, const std::string& id, const std::string
     std::this_thread::sleep_for(backoff.Next());
   }
   follower.Finish();
-  const v1::Job& job = follower.last();
+  const v1::Job job = AwaitWorkersStopped(client, follower.last());
+  PrintWhereItStopped(job, command);
   std::printf("job %s %s (attempt %d, step %lld): %s\n", job.id().c_str(),
               StateName(job.state()).c_str(), job.attempt(),
               static_cast<long long>(job.progress().step()), job.reason().c_str());

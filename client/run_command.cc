@@ -22,6 +22,7 @@
 #include "client/cli_common.h"
 #include "client/coordinator_client.h"
 #include "client/job_watch.h"
+#include "client/run_resume.h"
 #include "common/byte_size.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -50,6 +51,7 @@ void OnInterrupt(int signal) {
 
 struct RunArgs {
   std::string spec_path;
+  ResumeFlag resume;
   int workers = 0;  // 0: the job's resources.world_size
   std::string state_dir;
   std::string device;              // "" = the job's resources.device (cpu, or cuda)
@@ -216,6 +218,19 @@ int RunJob(const RunArgs& args) {
   if (!spec.ok()) return ReportError("run", spec.status());
   absl::StatusOr<JobSpec> parsed = ParseJobSpec(*spec, args.spec_path);
   if (!parsed.ok()) return ReportError("run", parsed.status());
+  // --resume continues a run in this directory in place (the embedded
+  // coordinator's jobs live only as long as this process; runs stay on disk).
+  std::string not_resumed;
+  if (args.resume.given) {
+    absl::StatusOr<std::string> run_dir = LocalRunToResume(*parsed, args.resume, ".");
+    if (!run_dir.ok()) return ReportError("run", run_dir.status());
+    absl::StatusOr<std::string> continuing = SpecContinuingRun(*spec, *run_dir);
+    if (!continuing.ok()) return ReportError("run", continuing.status());
+    spec = *std::move(continuing);
+    std::fprintf(stderr, "sbp run: continuing %s\n", DescribeRun(*run_dir).c_str());
+  } else if (parsed->resume_from.empty()) {
+    not_resumed = NewestLocalRun(".", parsed->name).value_or("");
+  }
   std::string device = args.device;
   if (device.empty()) device = std::string(DeviceKindName(parsed->resources.device));
   // As many local workers as the job has ranks unless asked for more: with
@@ -296,6 +311,10 @@ int RunJob(const RunArgs& args) {
         code = kExitBadInput;  // the job cannot fit on these workers
       }
     } else {
+      if (!not_resumed.empty()) {
+        std::fprintf(stderr, "sbp run: a new run in %s; not resuming %s: --resume continues it\n",
+                     submitted->job().run_dir().c_str(), DescribeRun(not_resumed).c_str());
+      }
       g_interrupted = 0;
       std::signal(SIGINT, OnInterrupt);
       std::signal(SIGTERM, OnInterrupt);
@@ -315,7 +334,8 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* run = app.add_subcommand(
       "run", "run a job on an embedded coordinator with local workers (no setup needed)");
-  run->add_option("job", args->spec_path, "job spec (YAML)")->required();
+  run->add_option("job", args->spec_path, "job spec (YAML)");
+  CLI::Option* resume = AddResumeOption(*run, args->resume);
   run->add_option("--workers", args->workers,
                   "local workers to start (default: the job's resources.world_size)");
   run->add_option("--device", args->device,
@@ -330,7 +350,13 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   run->add_option("--state-dir", args->state_dir,
                   "keep the coordinator's SQLite state here (default: a temporary directory)");
-  run->callback([args, exit_code] { *exit_code = RunJob(*args); });
+  run->callback([args, exit_code, resume] {
+    if (absl::Status s = TakeResumeFlag(*resume, args->resume, args->spec_path); !s.ok()) {
+      *exit_code = ReportError("run", s);
+      return;
+    }
+    *exit_code = RunJob(*args);
+  });
 }
 
 }  // namespace sbp::cli

@@ -296,6 +296,12 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SaveAssignments(const std::vector<AssignmentRecord>& rows)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A cancelled job's last progress and checkpoint, reported as its
+  // workers stop (job_manager_workers.cc).
+  absl::Status RecordStoppingProgress(JobRecord& job, const ProgressReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a worker still holds the job's current attempt (JobRecord::stopping).
+  bool AttemptStillHeld(const JobRecord& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One scheduling pass (server/scheduling_pass.h): places what fits, then
   // updates the waiting reasons of the jobs the pass reached, of the jobs

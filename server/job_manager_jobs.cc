@@ -179,6 +179,7 @@ absl::StatusOr<JobRecord> JobManager::GetJob(const Identity& caller, const std::
   ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
   RETURN_IF_ERROR(CheckAccess(job, caller));
   ShowReason(job);
+  job.stopping = job.state == JobState::kCancelled && AttemptStillHeld(job);
   return job;
 }
 

@@ -238,7 +238,12 @@ absl::StatusOr<ProgressAnswer> JobManager::ReportProgress(const ProgressReport& 
                                            report.rank, " of job ", job.id, " attempt ",
                                            report.attempt));
   }
-  if (job.state == JobState::kCancelled) return ProgressAnswer{true, false};
+  if (job.state == JobState::kCancelled) {
+    // The workers of a cancelled attempt finish as they stop: the step they
+    // stopped at and the checkpoint they wrote there are the job's last word.
+    RETURN_IF_ERROR(RecordStoppingProgress(job, report));
+    return ProgressAnswer{true, false};
+  }
   auto live = live_.find(job.id);
   if (live == live_.end()) {
     return absl::AbortedError(absl::StrCat("attempt ", report.attempt, " of job ", job.id,
@@ -292,6 +297,33 @@ absl::StatusOr<ProgressAnswer> JobManager::ReportProgress(const ProgressReport& 
   return answer;
 }
 
+absl::Status JobManager::RecordStoppingProgress(JobRecord& job, const ProgressReport& report) {
+  const bool lead = report.rank == 0;
+  const bool stepped = lead && report.progress.step > job.progress.step;
+  if (!stepped && report.checkpoint.empty()) return absl::OkStatus();
+  Change change;
+  if (stepped) {
+    job.progress = report.progress;
+    job.progress.updated_at = absl::Now();
+  }
+  if (!report.checkpoint.empty()) {
+    job.last_checkpoint = report.checkpoint;
+    AddMessage(job, change,
+               absl::StrCat("checkpoint ", report.checkpoint, " at step ", report.progress.step,
+                            " (written as the cancelled attempt stopped)"));
+  }
+  return Save(job, job.state, std::move(change));
+}
+
+bool JobManager::AttemptStillHeld(const JobRecord& job) const {
+  for (const auto& [id, worker] : workers_) {
+    for (const AssignmentRecord& a : worker.active) {
+      if (a.job_id == job.id && a.attempt == job.attempt && a.active) return true;
+    }
+  }
+  return false;
+}
+
 absl::Status JobManager::Finish(const FinishReport& report) {
   if (report.job_id.empty()) return InvalidField("job_id", "is required");
   if (report.outcome == Outcome::kUnspecified) {
@@ -324,6 +356,12 @@ absl::Status JobManager::Finish(const FinishReport& report) {
     RETURN_IF_ERROR(SaveAssignments({done}));
     RunScheduler();
     if (job.state == JobState::kCancelled && report.attempt == job.attempt) {
+      if (report.rank == 0 && !report.message.empty()) {
+        // Where the cancelled attempt stopped, in the job's events.
+        Change change;
+        AddMessage(job, change, absl::StrCat("rank 0 on worker ", worker_id, " ", report.message));
+        RETURN_IF_ERROR(Save(job, job.state, std::move(change)));
+      }
       return absl::OkStatus();
     }
     return absl::AbortedError(absl::StrCat("attempt ", report.attempt, " of job ", job.id,

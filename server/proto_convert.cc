@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "nlohmann/json.hpp"
 #include "proto/device_kind.h"
 
 namespace sbp::server {
@@ -19,9 +20,28 @@ absl::Time GetTime(const google::protobuf::Timestamp& t) {
   return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
 }
 
+// The run directory the spec names (checkpoint.dir, else runs/<id>); "" when
+// the record was read without its spec (a list without specs).
+std::string RunDirOf(const JobRecord& job) {
+  if (job.spec_json.empty()) return "";
+  const nlohmann::json spec = nlohmann::json::parse(job.spec_json, nullptr, false);
+  if (spec.is_object()) {
+    const auto checkpoint = spec.find("checkpoint");
+    if (checkpoint != spec.end() && checkpoint->is_object()) {
+      const auto dir = checkpoint->find("dir");
+      if (dir != checkpoint->end() && dir->is_string() && !dir->get<std::string>().empty()) {
+        return dir->get<std::string>();
+      }
+    }
+  }
+  return absl::StrCat("runs/", job.id);
+}
+
 }  // namespace
 
 void ToProto(const JobRecord& job, v1::Job* out) {
+  out->set_run_dir(RunDirOf(job));
+  out->set_stopping(job.stopping);
   out->set_owner(job.owner);
   out->set_preemptions(job.preemptions);
   out->set_id(job.id);

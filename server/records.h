@@ -98,6 +98,9 @@ struct JobRecord {
   int preemptions = 0;
   std::string preempted_by;
   absl::Time preempt_deadline = absl::UnixEpoch();
+  // Not stored: a cancelled job whose workers still hold its attempt (they
+  // checkpoint where they stop and report it). Set when the job is read.
+  bool stopping = false;
   bool operator==(const JobRecord&) const = default;
 };
 

@@ -38,9 +38,9 @@ class TrainCliTest : public ::testing::Test {
            "checkpoint: {every_steps: 2, dir: run}\n";
   }
 
-  CommandResult Train(const std::string& spec_text) {
+  CommandResult Train(const std::string& spec_text, const std::string& flags = "") {
     WriteFile(dir_ / "job.yaml", spec_text);
-    return RunCommand(SbpBinary() + " train job.yaml", dir_);
+    return RunCommand(SbpBinary() + " train job.yaml" + flags, dir_);
   }
 
   fs::path dir_;
@@ -128,7 +128,8 @@ TEST_F(TrainCliTest, BadInputIsExitCodeTwoWithAClearMessage) {
   const std::string good_data = ReadAll((dir_ / "data.jsonl").string());
   for (const BadCase& c : cases) {
     WriteFile(dir_ / "data.jsonl", c.data.empty() ? good_data : c.data);
-    const CommandResult r = Train(c.spec);
+    // --resume: past the check that the run exists, to where the run reads its data.
+    const CommandResult r = Train(c.spec, " --resume");
     EXPECT_EQ(r.exit_code, 2) << c.name << ": " << r.err;
     EXPECT_NE(r.err.find(c.expected_text), std::string::npos)
         << c.name << ": expected '" << c.expected_text << "' in: " << r.err;

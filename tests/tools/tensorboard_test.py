@@ -2,7 +2,7 @@
 """A run's TensorBoard event files, read back by TensorBoard itself.
 
 `sbp train` runs a tiny SFT job; then its last checkpoints are removed and the
-same command resumes from an earlier one and trains those steps again (a new
+same command with --resume continues from an earlier one and trains those steps again (a new
 event file). TensorBoard's own reader must then see, for every numeric field
 of every metrics.jsonl line, exactly one scalar at that step with that value
 (as float32): the resumed attempt's session start dropped what the first one
@@ -72,7 +72,7 @@ class TensorBoardTest(unittest.TestCase):
             shutil.rmtree(os.path.join(checkpoints, f"step-{step:08d}"))
         with open(os.path.join(checkpoints, "latest"), "w") as f:
             f.write("step-00000004\n")
-        run(["train", "job.yaml"], self.dir)
+        run(["train", "job.yaml", "--resume"], self.dir)
 
         files = glob.glob(os.path.join(run_dir, "tb", "events.out.tfevents.*"))
         self.assertEqual(len(files), 2, files)

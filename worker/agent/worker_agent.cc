@@ -692,7 +692,11 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
                          : absl::StrCat(" with checkpoint ", summary->last_checkpoint)));
   } else if (summary->stopped_early) {
     finish.set_outcome(v1::OUTCOME_CANCELLED);
-    finish.set_message(absl::StrCat("stopped after step ", summary->last_step));
+    finish.set_message(
+        absl::StrCat("stopped after step ", summary->last_step,
+                     summary->last_checkpoint.empty()
+                         ? std::string(" (no checkpoint yet)")
+                         : absl::StrCat(" with checkpoint ", summary->last_checkpoint)));
   } else {
     finish.set_outcome(v1::OUTCOME_SUCCEEDED);
     finish.set_message(

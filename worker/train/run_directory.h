@@ -1,10 +1,15 @@
 // The run directory of a job (checkpoint.dir) and who may write it.
 //
-//   <run>/run.json   {"job_id": "...", "spec_hash": "...", "attempt": K}
+//   <run>/run.json   {"job_id": "...", "name": "...", "spec_hash": "...",
+//                     "attempt": K, "claimed_at": "RFC 3339",
+//                     "stopped": {"how": ..., "step": N, "checkpoint": ...}}
 //
 // A run belongs to one job: a new job never resumes another job's run (or
-// a run of another spec) by accident; that is FailedPrecondition naming both,
-// and `resume_from` says it on purpose. Retries of the same job resume it.
+// a run of another spec) by accident; that is FailedPrecondition naming both
+// and the flag that continues it (`--resume`). Retries of the same job resume
+// it. A job continues another's run in place only when asked (`--resume`,
+// which sets both checkpoint.dir and resume_from to the run): it then takes
+// the run over, and the older job's attempts are stale from then on.
 //
 // Fencing. Every attempt of a job carries its attempt number as a fencing
 // token. Claiming the run records the token; an attempt whose token is
@@ -19,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/train/job_spec.h"
@@ -29,6 +35,20 @@ struct RunIdentity {
   std::string job_id;     // "" for a local run (`sbp train`)
   std::string spec_hash;  // TrajectoryHash of the spec
   int64_t attempt = 0;    // the fencing token; 0 for a local run
+  std::string name;       // the job's name (finds a job's newest run)
+};
+
+// What run.json says about a run (`--resume` looks runs up by name and age).
+struct RunRecord {
+  RunIdentity identity;
+  std::string claimed_at;  // RFC 3339, the latest attempt's claim ("" in old runs)
+};
+
+// Where a run stopped, recorded in run.json when it ends (`sbp train`).
+struct RunStop {
+  std::string how;  // finished, interrupted, failed, ...
+  int64_t step = 0;
+  std::string checkpoint;  // "" before the first one
 };
 
 // A hash (hex) of the spec fields that decide a run's trajectory: model,
@@ -42,14 +62,31 @@ std::string TrajectoryHash(const JobSpec& spec);
 std::string RunDirectoryFor(const JobSpec& spec, const std::string& job_id,
                             const std::string& base_dir);
 
+// True when the spec continues the run in `run_dir` in place: its
+// resume_from names that same directory (what `--resume` writes).
+bool ContinuesRun(const JobSpec& spec, const std::string& run_dir, const std::string& base_dir);
+
+// run.json of `run_dir`; NotFound when the directory holds none.
+absl::StatusOr<RunRecord> ReadRunRecord(const std::string& run_dir);
+
+// Records in run.json where the run stopped (keeps the identity).
+absl::Status RecordRunStop(const std::string& run_dir, const RunStop& stop);
+
+// The directories under `runs_root` whose run.json names job `name` (or,
+// for runs recorded before names were, whose directory is called so),
+// newest claim first.
+std::vector<std::string> FindRunsOfJob(const std::string& runs_root, const std::string& name);
+
 class RunFence {
  public:
-  // Creates `run_dir` or checks that it holds this job's run of this spec,
-  // refuses a stale attempt, then records `identity.attempt` and removes
-  // older attempts' checkpoint staging directories.
-  static absl::StatusOr<RunFence> Claim(const std::string& run_dir, const RunIdentity& identity);
+  // Creates `run_dir` or checks that it holds this job's run of this spec
+  // (any run when `continue_run`: the job takes it over), refuses a stale
+  // attempt, then records `identity` and removes older attempts' checkpoint
+  // staging directories.
+  static absl::StatusOr<RunFence> Claim(const std::string& run_dir, const RunIdentity& identity,
+                                        bool continue_run);
 
-  // OK while no newer attempt has claimed the run.
+  // OK while no newer attempt (nor another job) has claimed the run.
   absl::Status Check() const;
 
   const std::string& run_dir() const { return run_dir_; }

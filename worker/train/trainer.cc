@@ -468,7 +468,8 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   absl::Status claimed = absl::OkStatus();
   if (rank == 0) {
     absl::StatusOr<RunFence> claim =
-        RunFence::Claim(run_dir, {options.job_id, TrajectoryHash(spec), options.attempt});
+        RunFence::Claim(run_dir, {options.job_id, TrajectoryHash(spec), options.attempt, spec.name},
+                        ContinuesRun(spec, run_dir, options.base_dir));
     if (claim.ok()) fence = *std::move(claim);
     claimed = claim.status();
   }
@@ -560,6 +561,9 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   TrainSummary summary;
   summary.first_step = state.step + 1;
   summary.last_step = state.step;
+  // Until this run writes one, where it stands is the checkpoint it resumed.
+  if (resume.has_value()) summary.last_checkpoint = *resume;
+  summary.final_loss = state.last_loss;
 
   auto save = [&](int64_t step) -> absl::Status {
     RETURN_IF_ERROR(observer->CheckLease());
