@@ -15,6 +15,7 @@
 #include "client/job_output.h"
 #include "client/job_watch.h"
 #include "client/run_resume.h"
+#include "client/spec_overrides.h"
 #include "client/submit_resume.h"
 #include "worker/model/file_util.h"
 #include "worker/train/job_spec.h"
@@ -53,6 +54,7 @@ int WatchDetaching(CoordinatorClient& client, const std::string& id, const char*
 struct JobArgs {
   std::string spec_path;
   ResumeFlag resume;
+  std::vector<std::string> overrides;  // submit: --set KEY=VALUE
   std::string id;
   std::string output;  // "" or "json"
   std::string request_id;
@@ -78,11 +80,12 @@ std::unique_ptr<CoordinatorClient> ConnectOrReport(const GlobalOptions& global,
 }
 
 int Submit(const GlobalOptions& global, const JobArgs& args) {
-  absl::StatusOr<std::string> spec = ReadJobSpecFile(args.spec_path);
+  absl::StatusOr<std::string> spec = ReadJobSpecWithOverrides(args.spec_path, args.overrides);
   if (!spec.ok()) return ReportError("submit", spec.status());
   // The coordinator is the judge of the spec; the client reads it only for
   // the resume rule (a spec it cannot read goes as it is, to be refused there).
-  absl::StatusOr<JobSpec> parsed = ParseJobSpec(*spec, args.spec_path);
+  absl::StatusOr<JobSpec> parsed =
+      ParseJobSpec(*spec, SpecSourceName(args.spec_path, args.overrides));
   if (!parsed.ok() && args.resume.given) return ReportError("submit", parsed.status());
   int code = kExitOk;
   auto client = ConnectOrReport(global, "submit", &code);
@@ -235,6 +238,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions* global, int* exit_code) 
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec to the coordinator");
   submit->add_option("job", args->spec_path, "job spec (YAML)");
   CLI::Option* resume = AddResumeOption(*submit, args->resume);
+  AddSetOption(*submit, args->overrides);
   submit->add_flag("--watch", args->watch, "follow the job to its end (exit code: its outcome)");
   submit->add_option("--request-id", args->request_id,
                      "idempotency key: resubmitting with the same id returns the same job "

@@ -23,6 +23,7 @@
 #include "client/coordinator_client.h"
 #include "client/job_watch.h"
 #include "client/run_resume.h"
+#include "client/spec_overrides.h"
 #include "common/byte_size.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -52,7 +53,8 @@ void OnInterrupt(int signal) {
 struct RunArgs {
   std::string spec_path;
   ResumeFlag resume;
-  int workers = 0;  // 0: the job's resources.world_size
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+  int workers = 0;                     // 0: the job's resources.world_size
   std::string state_dir;
   std::string device;              // "" = the job's resources.device (cpu, or cuda)
   std::string host_memory;         // per worker; "" = the machine's memory split evenly
@@ -214,9 +216,10 @@ int RunJob(const RunArgs& args) {
                        absl::InvalidArgumentError(
                            "--workers: must be at least 1 (or left out: the job's world size)"));
   }
-  absl::StatusOr<std::string> spec = ReadJobSpecFile(args.spec_path);
+  absl::StatusOr<std::string> spec = ReadJobSpecWithOverrides(args.spec_path, args.overrides);
   if (!spec.ok()) return ReportError("run", spec.status());
-  absl::StatusOr<JobSpec> parsed = ParseJobSpec(*spec, args.spec_path);
+  absl::StatusOr<JobSpec> parsed =
+      ParseJobSpec(*spec, SpecSourceName(args.spec_path, args.overrides));
   if (!parsed.ok()) return ReportError("run", parsed.status());
   // --resume continues a run in this directory in place (the embedded
   // coordinator's jobs live only as long as this process; runs stay on disk).
@@ -336,6 +339,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
       "run", "run a job on an embedded coordinator with local workers (no setup needed)");
   run->add_option("job", args->spec_path, "job spec (YAML)");
   CLI::Option* resume = AddResumeOption(*run, args->resume);
+  AddSetOption(*run, args->overrides);
   run->add_option("--workers", args->workers,
                   "local workers to start (default: the job's resources.world_size)");
   run->add_option("--device", args->device,

@@ -9,11 +9,13 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/cli_common.h"
 #include "client/progress.h"
 #include "client/run_resume.h"
+#include "client/spec_overrides.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
@@ -31,6 +33,7 @@ void OnInterrupt(int) { g_interrupted = true; }
 struct TrainArgs {
   std::string spec_path;
   ResumeFlag resume;
+  std::vector<std::string> overrides;  // --set KEY=VALUE
   int64_t stop_after = 0;
   std::string device;  // "" = cpu, or cuda:0 for a job on cuda
 };
@@ -104,9 +107,9 @@ void ReportWhereItStopped(const std::string& run_dir, const std::string& spec_pa
 }
 
 int RunTrain(const TrainArgs& args) {
-  auto text = ReadJobSpecFile(args.spec_path);
+  auto text = ReadJobSpecWithOverrides(args.spec_path, args.overrides);
   if (!text.ok()) return ReportError("train", text.status());
-  auto spec = ParseJobSpec(*text, args.spec_path);
+  auto spec = ParseJobSpec(*text, SpecSourceName(args.spec_path, args.overrides));
   if (!spec.ok()) return ReportError("train", spec.status());
   // The run this process writes: the one --resume names, else a new one.
   if (args.resume.given) {
@@ -174,6 +177,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   CLI::App* train = app.add_subcommand("train", "run a job in this process (one worker)");
   train->add_option("job", args->spec_path, "job spec (YAML)");
   CLI::Option* resume = AddResumeOption(*train, args->resume);
+  AddSetOption(*train, args->overrides);
   train->add_option("--stop-after", args->stop_after, "stop (with a checkpoint) after this step");
   train->add_option(
       "--device", args->device,

@@ -136,7 +136,10 @@ TEST_F(ResumeCliTest, TrainInterruptedThenResumed) {
   // --resume with no argument: the newest run of the job's name, in place.
   const int64_t until = stopped + 3;
   c.WriteSpec("short", SpecText(c, until));
-  CommandResult r = RunCommand(SbpBinary() + " train short.yaml --resume", c.dir());
+  // (--set: the same spec file, asking for fewer steps.)
+  CommandResult r = RunCommand(
+      SbpBinary() + " train long.yaml --resume --set train.steps=" + std::to_string(until),
+      c.dir());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(RunDirs(c), std::vector<fs::path>{run});
   EXPECT_EQ(Steps(run), OneTo(until));
@@ -236,7 +239,8 @@ TEST_F(ResumeCliTest, SubmitCancelledThenResumed) {
   // --resume ID continues the same run directory; the straight job matches it.
   const int64_t until = stopped + 3;
   c.WriteSpec("short", SpecText(c, until));
-  r = c.Sbp("submit short.yaml --watch --resume " + id);
+  r = c.Sbp("submit long.yaml --watch --set train.steps=" + std::to_string(until) + " --resume " +
+            id);
   ASSERT_EQ(r.exit_code, 0) << r.err << c.Logs();
   EXPECT_EQ(Steps(run), OneTo(until));
   r = c.Sbp("submit short.yaml --watch");
