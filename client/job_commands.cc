@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -40,8 +43,9 @@ void OnDetach(int signal) {
 
 int WatchDetaching(CoordinatorClient& client, const std::string& id, const char* verb) {
   std::snprintf(g_detach_message, sizeof(g_detach_message),
-                "\nsbp %s: detached from job %s; it keeps running (`sbp cancel %s` stops it)\n",
-                verb, id.c_str(), id.c_str());
+                "\nsbp %s: detached from job %s; it keeps running (`sbp watch %s` follows it "
+                "again, `sbp cancel %s` stops it)\n",
+                verb, id.c_str(), id.c_str(), id.c_str());
   g_detach_length = std::strlen(g_detach_message);
   std::signal(SIGINT, OnDetach);
   std::signal(SIGTERM, OnDetach);
@@ -49,6 +53,44 @@ int WatchDetaching(CoordinatorClient& client, const std::string& id, const char*
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   return code;
+}
+
+// `--cancel-on-interrupt`: Ctrl-C (or SIGTERM) cancels the job, which
+// checkpoints where it stops; the watch then follows it to CANCELLED and
+// exits 128 + the signal. The same signal again quits at once.
+std::atomic<int> g_cancel_signal{0};
+
+void OnCancelSignal(int signal) {
+  g_cancel_signal = signal;
+  std::signal(signal, SIG_DFL);
+}
+
+int WatchCancelling(CoordinatorClient& client, const std::string& id, const char* verb) {
+  g_cancel_signal = 0;
+  std::signal(SIGINT, OnCancelSignal);
+  std::signal(SIGTERM, OnCancelSignal);
+  std::atomic<bool> done{false};
+  std::thread canceller([&] {
+    while (!done) {
+      if (g_cancel_signal.load() != 0) {
+        std::fprintf(stderr, "\nsbp %s: cancelling job %s (the same signal again quits at once)\n",
+                     verb, id.c_str());
+        absl::StatusOr<v1::Job> job = client.Cancel(id, "interrupted while watched");
+        if (!job.ok()) {
+          std::fprintf(stderr, "sbp %s: %s\n", verb, std::string(job.status().message()).c_str());
+        }
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  const int code = WatchJob(client, id, verb);
+  done = true;
+  canceller.join();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  const int signal = g_cancel_signal.load();
+  return signal != 0 ? 128 + signal : code;
 }
 
 struct JobArgs {
@@ -63,7 +105,8 @@ struct JobArgs {
   int limit = 100;
   bool with_spec = false;
   bool watch = false;
-  std::string user;  // list: an admin's filter by owner
+  bool cancel_on_interrupt = false;  // submit --watch: Ctrl-C cancels instead of detaching
+  std::string user;                  // list: an admin's filter by owner
 };
 
 bool Json(const JobArgs& args) { return args.output == "json"; }
@@ -124,7 +167,8 @@ int Submit(const GlobalOptions& global, const JobArgs& args) {
         static_cast<long long>(not_resumed->progress().step()), not_resumed->run_dir().c_str());
   }
   std::fflush(stdout);
-  if (!args.watch) return kExitOk;
+  if (!args.watch && !args.cancel_on_interrupt) return kExitOk;
+  if (args.cancel_on_interrupt) return WatchCancelling(*client, job.id(), "submit");
   return WatchDetaching(*client, job.id(), "submit");
 }
 
@@ -239,7 +283,11 @@ void AddJobCommands(CLI::App& app, const GlobalOptions* global, int* exit_code) 
   submit->add_option("job", args->spec_path, "job spec (YAML)");
   CLI::Option* resume = AddResumeOption(*submit, args->resume);
   AddSetOption(*submit, args->overrides);
-  submit->add_flag("--watch", args->watch, "follow the job to its end (exit code: its outcome)");
+  submit->add_flag("--watch", args->watch,
+                   "follow the job to its end (exit code: its outcome); Ctrl-C detaches");
+  submit->add_flag("--cancel-on-interrupt", args->cancel_on_interrupt,
+                   "watch, and on Ctrl-C or SIGTERM cancel the job (it checkpoints where it "
+                   "stops) instead of detaching");
   submit->add_option("--request-id", args->request_id,
                      "idempotency key: resubmitting with the same id returns the same job "
                      "(default: a new random id)");

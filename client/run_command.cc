@@ -150,6 +150,7 @@ class LocalWorkers {
         ASSIGN_OR_RETURN(options.memory_bytes, DeviceMemoryBudgetBytes(options.device));
       }
       options.work_dir = ".";
+      options.confine_paths = false;  // the user's own paths, as for `sbp train`
       options.compute_threads = threads;
       options.allow_reward_programs = true;  // the user's own machine and job
       absl::StatusOr<std::unique_ptr<WorkerAgent>> agent = WorkerAgent::Create(options);
@@ -275,6 +276,7 @@ int RunJob(const RunArgs& args) {
   options.client_token = RandomToken();
   options.worker_token = RandomToken();
   options.work_dir = ".";  // where the local workers resolve the spec's paths
+  options.confine_paths = false;
   absl::StatusOr<std::unique_ptr<server::Coordinator>> coordinator =
       server::Coordinator::Start(options);
   if (!coordinator.ok()) return ReportError("run", coordinator.status());
@@ -328,6 +330,9 @@ int RunJob(const RunArgs& args) {
     std::signal(SIGTERM, SIG_DFL);
   }
   (*coordinator)->Shutdown();
+  // Stopped by a signal: the shell's convention (130 Ctrl-C, 143 SIGTERM),
+  // after the job was cancelled with a checkpoint.
+  if (const int signal = g_interrupted.load(); signal != 0) return 128 + signal;
   return code;
 }
 

@@ -26,9 +26,9 @@
 namespace sbp::cli {
 namespace {
 
-std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_interrupted{0};  // the signal that asked to stop, 0 for none
 
-void OnInterrupt(int) { g_interrupted = true; }
+void OnInterrupt(int signal) { g_interrupted = signal; }
 
 struct TrainArgs {
   std::string spec_path;
@@ -65,7 +65,7 @@ class CliObserver final : public TrainingObserver {
     last_step_ = r.step;
   }
   void OnCheckpoint(int64_t step, const std::string& path) override { last_checkpoint_ = path; }
-  bool StopRequested() override { return g_interrupted.load(); }
+  bool StopRequested() override { return g_interrupted.load() != 0; }
   void Finish() { printer_.Finish(); }
   int64_t last_step() const { return last_step_; }
   const std::string& last_checkpoint() const { return last_checkpoint_; }
@@ -153,9 +153,10 @@ int RunTrain(const TrainArgs& args) {
                  run_dir.c_str(), static_cast<long long>(summary->last_step),
                  static_cast<long long>(spec->train.steps));
   }
-  const char* how = !summary->stopped_early ? "finished"
-                    : g_interrupted         ? "interrupted"
-                                            : "--stop-after";
+  const char* how = !summary->stopped_early           ? "finished"
+                    : g_interrupted.load() == SIGTERM ? "terminated"
+                    : g_interrupted.load() != 0       ? "interrupted"
+                                                      : "--stop-after";
   ReportWhereItStopped(run_dir, args.spec_path,
                        {how, summary->last_step, Tidy(summary->last_checkpoint)});
   nlohmann::json line = {{"job", spec->name},
@@ -167,7 +168,8 @@ int RunTrain(const TrainArgs& args) {
                          {"checkpoint", Tidy(summary->last_checkpoint)},
                          {"peak_bytes", summary->peak_bytes}};
   std::printf("%s\n", line.dump().c_str());
-  return g_interrupted ? kExitFailed : kExitOk;
+  // Stopped by a signal: the shell's convention (130 Ctrl-C, 143 SIGTERM).
+  return g_interrupted.load() != 0 ? 128 + g_interrupted.load() : kExitOk;
 }
 
 }  // namespace

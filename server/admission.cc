@@ -42,7 +42,9 @@ ConfigSource FindModelConfig(const std::string& model, const PathPolicy& paths) 
       return out;
     }
     std::optional<ScopedFileConfinement> confinement;
-    if (!paths.work_dir.empty()) confinement.emplace(FileConfinement{JobReadRoots(paths), {}});
+    if (!paths.work_dir.empty() && paths.confine) {
+      confinement.emplace(FileConfinement{JobReadRoots(paths), {}});
+    }
     absl::StatusOr<ModelConfig> config = LoadModelConfig(file);
     if (config.ok()) {
       out.config = *std::move(config);

@@ -309,6 +309,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   manager_options.stall = absl::Seconds(options.stall_seconds);
   manager_options.preemption_grace = absl::Seconds(options.preemption_grace_seconds);
   manager_options.work_dir = options.work_dir;
+  manager_options.confine_paths = options.confine_paths;
   manager_options.identities = impl->identities;
   manager_options.shared_dir = options.shared_dir;
   manager_options.user_areas = !options.users_path.empty();

@@ -36,6 +36,9 @@ struct CoordinatorOptions {
   // submit (as workers resolve them under their --work-dir); "": not resolved.
   std::string work_dir;
   std::string shared_dir;  // read-only job paths may also lie here
+  // false: job paths resolve in work_dir but go anywhere (the embedded
+  // coordinator of `sbp run`, serving its one local user).
+  bool confine_paths = true;
   // Retention of ended jobs and the per-user cap on stored specs
   // (JobManagerOptions; 0: none).
   absl::Duration retain_finished = absl::Hours(24 * 30);

@@ -65,6 +65,8 @@ struct JobManagerOptions {
   // users file) a job's run directory lies in <work_dir>/<owner>/.
   std::string shared_dir;
   bool user_areas = false;
+  // false: paths resolve in work_dir but are not confined (`sbp run`).
+  bool confine_paths = true;
   // Retention of ended jobs (SUCCEEDED, FAILED, CANCELLED): removed from the
   // database once they ended longer than `retain_finished` ago (0: kept for
   // any age) or beyond the newest `max_finished_per_user` of their owner (0:

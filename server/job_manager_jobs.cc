@@ -99,7 +99,8 @@ absl::StatusOr<SubmitResult> JobManager::Submit(const Identity& caller,
   }
   const std::string spec_json = JobSpecToJson(spec);
   // The memory plan reads the model's config.json: outside the lock.
-  const PathPolicy paths{options_.work_dir, options_.shared_dir, RunArea(caller.name)};
+  const PathPolicy paths{options_.work_dir, options_.shared_dir, RunArea(caller.name),
+                         options_.confine_paths};
   RETURN_IF_ERROR(CheckJobPaths(spec, paths));
   const AdmissionPlan admission = PlanAdmission(spec, paths);
   RETURN_IF_ERROR(admission.bad_input);

@@ -101,7 +101,7 @@ std::pair<int64_t, fs::path> InterruptedRun(Cluster& c, const std::vector<std::s
       seconds(60)))
       << ReadAll((c.dir() / "interrupted.log").string());
   sbp.Kill(signal);
-  EXPECT_EQ(sbp.exit_code(), 1) << ReadAll((c.dir() / "interrupted.log").string());
+  EXPECT_EQ(sbp.exit_code(), 128 + signal) << ReadAll((c.dir() / "interrupted.log").string());
   const std::vector<int64_t> steps = Steps(run);
   return {steps.empty() ? 0 : steps.back(), run};
 }
@@ -250,6 +250,53 @@ TEST_F(ResumeCliTest, SubmitCancelledThenResumed) {
   const fs::path straight = c.dir() / "runs" / straight_id;
   ASSERT_FALSE(Weights(straight, until).empty()) << straight;
   EXPECT_EQ(Weights(straight, until), Weights(run, until));
+}
+
+// `sbp submit --watch` detaches on Ctrl-C and says how to come back;
+// --cancel-on-interrupt cancels instead, and the job checkpoints where it stops.
+TEST_F(ResumeCliTest, SubmitWatchDetachesOrCancelsOnInterrupt) {
+  Cluster& c = *cluster_;
+  c.StartCoordinator();
+  c.StartWorker("w0");
+  c.WriteSpec("long", SpecText(c, 100000));
+  const std::vector<std::string> submit = {SbpBinary(),    "--coordinator", c.address(),
+                                           "--token-file", "client.token",  "submit",
+                                           "long.yaml"};
+  auto watched = [&](const std::string& flag, int signal, const std::string& log) {
+    std::vector<std::string> argv = submit;
+    argv.push_back(flag);
+    Process sbp(argv, c.dir(), c.dir() / log);
+    std::string id;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          // The id is stdout's line; stderr shares the log.
+          const std::string text = ReadAll((c.dir() / log).string());
+          std::smatch m;
+          if (!std::regex_search(text, m, std::regex("(^|\n)(resumable-[a-z0-9]+)\n")))
+            return false;
+          id = m[2].str();
+          return c.Step(id) >= 2;
+        },
+        seconds(60)))
+        << ReadAll((c.dir() / log).string()) << c.Logs();
+    sbp.Kill(signal);
+    EXPECT_EQ(sbp.exit_code(), 128 + signal) << ReadAll((c.dir() / log).string());
+    return id;
+  };
+  const std::string detached = watched("--watch", SIGINT, "detach.log");
+  EXPECT_NE(ReadAll((c.dir() / "detach.log").string())
+                .find("`sbp watch " + detached + "` follows it again"),
+            std::string::npos);
+  EXPECT_EQ(c.State(detached), "JOB_STATE_RUNNING");
+  ASSERT_EQ(c.Sbp("cancel " + detached).exit_code, 0);
+
+  const std::string cancelled = watched("--cancel-on-interrupt", SIGTERM, "cancel.log");
+  EXPECT_EQ(c.State(cancelled), "JOB_STATE_CANCELLED");
+  const nlohmann::json job = c.GetJob(cancelled);
+  EXPECT_FALSE(job.value("stopping", false));
+  EXPECT_EQ(fs::path(job.value("last_checkpoint", "")).filename().string(),
+            NewestCheckpointOnDisk(c.dir() / "runs" / cancelled))
+      << job.dump(1);
 }
 
 }  // namespace

@@ -103,10 +103,26 @@ TEST_F(RunCommandTest, SigtermCancelsTheJobAndCleansUp) {
   ASSERT_TRUE(fs::exists(state)) << state;
   ::kill(run.pid(), SIGTERM);
   ASSERT_TRUE(WaitFor([&] { return !run.running(); }, std::chrono::seconds(30))) << ReadAll(log);
-  EXPECT_EQ(run.exit_code(), 1) << ReadAll(log);  // the job ended CANCELLED
+  EXPECT_EQ(run.exit_code(), 143) << ReadAll(log);  // 128 + SIGTERM, the job CANCELLED
   EXPECT_NE(ReadAll(log).find("terminated (SIGTERM); cancelling job"), std::string::npos)
       << ReadAll(log);
   EXPECT_FALSE(fs::exists(state)) << "the temporary state directory was left: " << state;
+}
+
+// The embedded coordinator serves the one local user: absolute paths go, as
+// they do for `sbp train` (a shared coordinator confines them to the area).
+TEST_F(RunCommandTest, AbsolutePathsRunAsForTrain) {
+  Cluster& c = *cluster_;
+  c.WriteSpec("abs", c.Spec("abs", 2, 2, 0));
+  const fs::path elsewhere = fs::path(::testing::TempDir()) / "run_command_abs_run";
+  fs::remove_all(elsewhere);
+  const std::string sets = " --set model=" + (c.dir() / "model").string() +
+                           " --set data=" + (c.dir() / "data.jsonl").string() +
+                           " --set checkpoint.dir=" + elsewhere.string();
+  const CommandResult r = RunCommand(SbpRun() + " abs.yaml" + sets, c.dir());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(elsewhere / "checkpoints/step-00000002/model.safetensors"));
+  fs::remove_all(elsewhere);
 }
 
 TEST_F(RunCommandTest, RejectedSpecIsExitCodeTwo) {

@@ -553,7 +553,8 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
   }
   // The paths are checked again here, right before anything is opened: a
   // symbolic link planted after the submit must not lead a job outside.
-  const PathPolicy paths_policy{options_.work_dir, options_.shared_dir, assignment.run_area()};
+  const PathPolicy paths_policy{options_.work_dir, options_.shared_dir, assignment.run_area(),
+                                options_.confine_paths};
   if (absl::Status paths = CheckJobPaths(*spec, paths_policy); !paths.ok()) {
     finish.set_outcome(v1::OUTCOME_FAILED);
     finish.set_failure_class(ClassifyFailure(paths));
@@ -624,7 +625,7 @@ void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
     // shared directory), checked on the opened descriptors, so that a
     // symbolic link swapped in after the check above leads nowhere.
     std::optional<ScopedFileConfinement> confinement;
-    if (!options_.work_dir.empty()) {
+    if (!options_.work_dir.empty() && options_.confine_paths) {
       FileConfinement rules;
       rules.write_roots.push_back(JobArea(paths_policy));
       rules.read_roots = JobReadRoots(paths_policy);

@@ -50,6 +50,7 @@ struct AgentOptions {
   int64_t memory_bytes = 0;       // capacity advertised and allocator budget enforced
   std::string work_dir = ".";     // relative paths of job specs resolve here
   std::string shared_dir;         // read-only job paths may also lie here
+  bool confine_paths = true;      // false: any path goes (`sbp run`'s local workers)
   std::string metrics_listen;     // "host:port" for /metrics; "" = none
   std::string tls_ca_path;        // PEM roots for TLS to the coordinator; "" = plaintext
   int compute_threads = 0;        // OpenMP threads for training; 0 = the runtime's default

@@ -126,7 +126,7 @@ std::vector<std::string> JobReadRoots(const PathPolicy& policy) {
 }
 
 absl::Status CheckJobPaths(const JobSpec& spec, const PathPolicy& policy) {
-  if (policy.work_dir.empty()) return absl::OkStatus();
+  if (policy.work_dir.empty() || !policy.confine) return absl::OkStatus();
   const Roots roots = RootsOf(policy);
   RETURN_IF_ERROR(CheckPath("model", spec.model, roots, false));
   RETURN_IF_ERROR(CheckPath("data", spec.data, roots, false));
@@ -146,7 +146,7 @@ absl::Status CheckJobPaths(const JobSpec& spec, const PathPolicy& policy) {
 
 absl::Status CheckJobReadPath(const std::string& field, const std::string& path,
                               const PathPolicy& policy) {
-  if (policy.work_dir.empty()) return absl::OkStatus();
+  if (policy.work_dir.empty() || !policy.confine) return absl::OkStatus();
   const Roots roots = RootsOf(policy);
   const fs::path resolved = Resolved(fs::absolute(path));
   if (Inside(resolved, roots.area) || InsideShared(resolved, roots)) return absl::OkStatus();

@@ -31,6 +31,10 @@ struct PathPolicy {
   std::string work_dir;    // "" : no confinement at all
   std::string shared_dir;  // read-only paths may resolve here too ("" : none)
   std::string run_area;    // the owner's area under work_dir ("alice/"; "" : the work dir)
+  // false: relative paths still resolve in work_dir, but any path goes (the
+  // embedded coordinator of `sbp run` serves one local user, whose paths are
+  // their own, as for `sbp train`).
+  bool confine = true;
 };
 
 // The directory a job's relative paths resolve in: work_dir/run_area ("" when
