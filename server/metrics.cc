@@ -10,6 +10,10 @@ using prometheus::BuildCounter;
 using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 
+// The label naming the training job. Not `job`: Prometheus reserves that for
+// the scrape job (a scrape would rename ours exported_job or overwrite it).
+constexpr char kJobIdLabel[] = "job_id";
+
 prometheus::Family<prometheus::Histogram>& QueueWaitFamily(prometheus::Registry& registry) {
   return BuildHistogram()
       .Name("sbp_job_queue_wait_seconds")
@@ -109,7 +113,7 @@ void Metrics::SetJobProgress(const std::string& job_id, double step, double toke
   absl::MutexLock lock(&mu_);
   auto it = job_gauges_.find(job_id);
   if (it == job_gauges_.end()) {
-    const prometheus::Labels labels{{"job", job_id}};
+    const prometheus::Labels labels{{kJobIdLabel, job_id}};
     it = job_gauges_
              .emplace(job_id, JobGauges{&job_step_.Add(labels), &job_tokens_per_second_.Add(labels),
                                         &job_peak_bytes_.Add(labels)})

@@ -5,8 +5,8 @@
 //   sbp_job_restarts_total             counter, attempts restarted
 //   sbp_job_preemptions_total          counter, attempts preempted (not restarts)
 //   sbp_grpc_requests_total{method,code}
-//   sbp_job_progress_step{job}, sbp_job_tokens_per_second{job},
-//   sbp_job_peak_bytes{job}            gauges, only while the job is not terminal
+//   sbp_job_progress_step{job_id}, sbp_job_tokens_per_second{job_id},
+//   sbp_job_peak_bytes{job_id}         gauges, only while the job is not terminal
 //   sbp_worker_heartbeat_age_seconds{worker}  gauge, only for live workers
 //   sbp_jobs_pending{cause}            gauge, pending jobs by why they wait
 //                                      (no_workers, too_few_fitting_workers, workers_busy,

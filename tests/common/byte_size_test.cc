@@ -15,6 +15,19 @@ TEST(ParseByteSize, BinaryAndDecimalUnits) {
   EXPECT_EQ(*ParseByteSize("80G"), 80LL << 30);
 }
 
+// Kubernetes' binary quantities, as operators copy them from resource limits.
+TEST(ParseByteSize, KubernetesBinaryQuantities) {
+  EXPECT_EQ(*ParseByteSize("72Gi"), 72LL << 30);
+  EXPECT_EQ(*ParseByteSize("500Mi"), 500LL << 20);
+  EXPECT_EQ(*ParseByteSize("64Ki"), 64LL << 10);
+  EXPECT_EQ(*ParseByteSize("2Ti"), 2LL << 40);
+  EXPECT_EQ(*ParseByteSize("1.5Gi"), 3LL << 29);
+  EXPECT_EQ(*ParseByteSize(" 8 gi "), 8LL << 30);
+  for (const char* bad : {"Gi", "1Gii", "1iGi", "-1Gi", "1Pi"}) {
+    EXPECT_FALSE(ParseByteSize(bad).ok()) << bad;
+  }
+}
+
 TEST(ParseByteSize, PlainBytesAndWhitespace) {
   EXPECT_EQ(*ParseByteSize("4096"), 4096);
   EXPECT_EQ(*ParseByteSize(" 16 MiB "), 16LL << 20);

@@ -1,13 +1,38 @@
 #!/usr/bin/env python3
 """Checks a Grafana dashboard's structure: it parses, every panel has a unique
 id, a place on the 24-column grid and (rows aside) Prometheus queries through
-the dashboard's data source variable. Which metrics the queries name is the
-e2e test's part (tests/e2e/deploy_dashboard_test.cc: against live /metrics).
+the dashboard's data source variable, and no query or legend takes the
+training job from the label `job` (Prometheus' scrape job): the series name it
+`job_id`. Which metrics the queries name is the e2e test's part
+(tests/e2e/deploy_dashboard_test.cc: against live /metrics).
 
   check_dashboard.py DASHBOARD.json
 """
 import json
+import re
 import sys
+
+# `job` as a label in PromQL (a matcher, by/without, label_values) or in a
+# legend ({{job}}).
+JOB_LABEL = [
+    re.compile(r"[{,]\s*job\s*(=~|!~|!=|=)"),
+    re.compile(r"\b(by|without)\s*\([^)]*\bjob\b[^)]*\)"),
+    re.compile(r"label_values\([^)]*,\s*job\s*\)"),
+    re.compile(r"\{\{\s*job\s*\}\}"),
+]
+
+
+def strings_of(node, keys=("expr", "legendFormat", "query", "definition")):
+    """(key, text) of every query-like string in the dashboard."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, str) and key in keys:
+                yield key, value
+            else:
+                yield from strings_of(value, keys)
+    elif isinstance(node, list):
+        for item in node:
+            yield from strings_of(item, keys)
 
 
 def errors_of(dashboard):
@@ -38,6 +63,10 @@ def errors_of(dashboard):
             if source != {"type": "prometheus", "uid": "${datasource}"}:
                 errors.append(f"{title}: data source {source} is not ${{datasource}}")
                 break
+    for key, text in strings_of(dashboard):
+        if any(p.search(text) for p in JOB_LABEL):
+            errors.append(f"{key} {text!r} uses the label job, which is Prometheus' scrape job; "
+                          f"the training job is job_id")
     return errors
 
 

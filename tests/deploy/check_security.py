@@ -21,7 +21,7 @@ chart's output, deploy/kubernetes/) that no schema can see:
             chain (Issuer, CA Certificate) is complete.
   netpol    NetworkPolicies select the coordinator and the workers; no
             ingress rule is open to everyone; gRPC admits the workers; a
-            worker accepts other peers on its metrics port only; metrics
+            worker accepts other peers on its metrics ports only; metrics
             come from namespaces (or addresses), never from any pod; every
             other pod in the manifests that dials the coordinator (the helm
             test pod, examples/k8s-job.yaml) is admitted to its gRPC port.
@@ -76,6 +76,25 @@ def selects(selector, labels):
                 op == "DoesNotExist" and key in labels):
             return False
     return True
+
+
+def worker_runs(container):
+    """The sbp-worker command lines (argument lists) a container runs: its
+    own, or each that its launcher starts (whole-node pods: bash
+    .../sbp-workers sbp-worker ARGS --- sbp-worker ARGS ...)."""
+    command, args = container.get("command", []), container.get("args", [])
+    if command[:1] == ["sbp-worker"]:
+        return [args]
+    if command and command[-1].endswith("/sbp-workers"):
+        runs, current = [], []
+        for a in args + ["---"]:
+            if a == "---":
+                runs.append(current)
+                current = []
+            else:
+                current.append(a)
+        return [r[1:] for r in runs if r[:1] == ["sbp-worker"]]
+    return []
 
 
 def flags(container):
@@ -195,11 +214,13 @@ def check(objects, args):
                 if c.get("command", [None])[0] == command]
 
     coordinators = containers("sbp-coordinator")
-    workers = containers("sbp-worker")
+    # Each sbp-worker, as its container with that worker's arguments.
+    workers = [(o, dict(c, args=run)) for o in workloads
+               for c in pod_spec(o).get("containers", []) for run in worker_runs(c)]
     # Pods that call the coordinator as clients: the helm test pod, examples/k8s-job.yaml.
     client_containers = [
         (o, c) for o in workloads for c in pod_spec(o).get("containers", [])
-        if c.get("command", [None])[0] not in ("sbp-coordinator", "sbp-worker") and
+        if c.get("command", [None])[0] != "sbp-coordinator" and not worker_runs(c) and
         "--coordinator" in " ".join(c.get("args", []) + c.get("command", []))]
     clients = list({id(o): o for o, _ in client_containers}.values())
     if len(coordinators) != 1:
@@ -352,7 +373,7 @@ def check(objects, args):
                     if "podSelector" in peer and peer["podSelector"] == {} and "namespaceSelector" not in peer:
                         errors.append(f"{where}: peer {peer} admits every pod of the namespace")
                 ports = {q.get("port") for q in rule.get("ports") or []}
-                if "metrics" in ports and any("podSelector" in q and "namespaceSelector" not in q
+                if any(str(q).startswith("metrics") for q in ports) and any("podSelector" in q and "namespaceSelector" not in q
                                               for q in peers):
                     errors.append(f"{where}: metrics from pods of the release's namespace, not "
                                   f"from the Prometheus namespace")
@@ -386,7 +407,8 @@ def check(objects, args):
                     for r in rules:
                         ports = {q.get("port") for q in r.get("ports") or []}
                         if (not all(is_worker_peer(peer) for peer in r.get("from") or [{}])
-                                and ports != {"metrics"}):
+                                and not (ports and all(str(q).startswith("metrics")
+                                                       for q in ports))):
                             errors.append(f"a worker admits {r.get('from')} on {ports or 'every port'}, "
                                           f"not on its metrics port alone")
     return errors

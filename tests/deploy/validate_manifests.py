@@ -4,9 +4,10 @@ schemas of one version (kubernetes-validate, strict: unknown fields are
 errors), custom resources (ServiceMonitor, cert-manager's Issuer and
 Certificate: their CRDs are not in the Kubernetes schemas) against the
 committed schemas in schemas/, then a few cross-object checks the schemas
-cannot make (selectors match pod labels, every volumeMount has a volume, named
-ports exist, no --flag is given twice, a NetworkPolicy selects pods of these
-manifests and names only ports they declare).
+cannot make (selectors match pod labels, every volumeMount has a volume and
+every ConfigMap volume its ConfigMap, named ports exist, no --flag is given
+twice to one command, a NetworkPolicy selects pods of these manifests and
+names only ports they declare).
 
   validate_manifests.py --kubernetes-version 1.31 [--resolve-secrets] FILE...
 
@@ -141,15 +142,29 @@ def cross_errors(obj, all_objects):
             if any(labels.get(k) != v for k, v in selector.items()):
                 errors.append(f"spec.selector {selector} does not match the pod labels {labels}")
         volumes = {v["name"] for v in spec.get("volumes", [])}
+        config_maps = {o["metadata"]["name"] for o in all_objects if o["kind"] == "ConfigMap"}
+        for v in spec.get("volumes", []):
+            name = (v.get("configMap") or {}).get("name")
+            if name is not None and name not in config_maps:
+                errors.append(f"volume {v['name']}: no ConfigMap {name} in these manifests")
         if obj["kind"] == "StatefulSet":
             volumes |= {t["metadata"]["name"] for t in obj["spec"].get("volumeClaimTemplates", [])}
         for c in spec.get("containers", []) + spec.get("initContainers", []):
             for m in c.get("volumeMounts", []):
                 if m["name"] not in volumes:
                     errors.append(f"container {c['name']}: volumeMount {m['name']} has no volume")
-            flags = [a.split("=", 1)[0] for a in c.get("args", []) if a.startswith("--")]
-            for flag in sorted({f for f in flags if flags.count(f) > 1}):
-                errors.append(f"container {c['name']}: args repeat {flag}")
+            # A launcher's args hold several command lines, separated by "---"
+            # (the chart's sbp-workers): each is checked on its own.
+            runs = [[]]
+            for a in c.get("args", []):
+                if a == "---":
+                    runs.append([])
+                else:
+                    runs[-1].append(a)
+            for run in runs:
+                flags = [a.split("=", 1)[0] for a in run if a.startswith("--")]
+                for flag in sorted({f for f in flags if flags.count(f) > 1}):
+                    errors.append(f"container {c['name']}: args repeat {flag}")
             ports = {p.get("name") for p in c.get("ports", [])}
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 for kind in ("httpGet", "tcpSocket", "grpc"):

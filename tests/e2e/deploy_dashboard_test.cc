@@ -87,7 +87,7 @@ TEST(DeployDashboardTest, QueriesOnlyExportedMetrics) {
   // Long enough to be scraped mid-run: per-job series exist only then.
   const std::string id = c.Submit(c.WriteSpec("shown", c.Spec("shown", 100000, 8, 0)));
   ASSERT_FALSE(id.empty());
-  const std::string job_label = absl::StrCat("job=\"", id, "\"");
+  const std::string job_label = absl::StrCat("job_id=\"", id, "\"");
   std::string coordinator_text, worker_text;
   EXPECT_TRUE(WaitFor(
       [&] {

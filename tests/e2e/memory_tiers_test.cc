@@ -41,8 +41,7 @@ std::string WaitForEnd(const Cluster& c, const std::string& id) {
   WaitFor(
       [&] {
         state = c.State(id);
-        return state == "JOB_STATE_SUCCEEDED" || state == "JOB_STATE_FAILED" ||
-               state == "JOB_STATE_CANCELLED";
+        return state == "SUCCEEDED" || state == "FAILED" || state == "CANCELLED";
       },
       seconds(90));
   return state;
@@ -101,7 +100,7 @@ TEST(MemoryTiersTest, AdmissionRefusesAHostTierJobNoWorkersHostMemoryHolds) {
   // The device tier needs no host memory: the same worker takes it.
   const std::string id = c.Submit(c.WriteSpec("device", TierSpec(c, "device", "device", 1)));
   ASSERT_FALSE(id.empty());
-  EXPECT_EQ(WaitForEnd(c, id), "JOB_STATE_SUCCEEDED") << c.Logs();
+  EXPECT_EQ(WaitForEnd(c, id), "SUCCEEDED") << c.Logs();
 }
 
 // A job of `tier` runs to success; `sbp get` and the worker's /metrics show
@@ -109,7 +108,7 @@ TEST(MemoryTiersTest, AdmissionRefusesAHostTierJobNoWorkersHostMemoryHolds) {
 nlohmann::json RunTierJob(Cluster& c, const std::string& tier) {
   const std::string id = c.Submit(c.WriteSpec(tier, TierSpec(c, tier, tier, 3)));
   EXPECT_FALSE(id.empty());
-  EXPECT_EQ(WaitForEnd(c, id), "JOB_STATE_SUCCEEDED") << c.Logs();
+  EXPECT_EQ(WaitForEnd(c, id), "SUCCEEDED") << c.Logs();
   const nlohmann::json job = c.GetJob(id);
   EXPECT_TRUE(job.is_object());
   const CommandResult text = c.Sbp("get " + id);
@@ -140,7 +139,7 @@ TEST_F(MemoryTiersRunTest, HostTierJobRunsAndShowsItsHostMemory) {
   if (scraped) {
     WriteFile(c.dir() / "prometheus.yml",
               absl::StrCat("global:\n  scrape_interval: 1s\nscrape_configs:\n"
-                           "  - job_name: sbp\n    honor_labels: true\n    static_configs:\n"
+                           "  - job_name: sbp\n    static_configs:\n"
                            "      - targets: ['127.0.0.1:",
                            metrics_port_, "']\n"));
     server = std::make_unique<Process>(

@@ -1,8 +1,8 @@
 // A real Prometheus (when /usr/bin/prometheus exists) scrapes a real
 // coordinator and a real worker while a job runs; its HTTP API returns the
-// coordinator's and the worker's series (DESIGN.md §4 names). Our series carry
-// a `job` label (the job id), so the scrape config sets honor_labels: true;
-// otherwise Prometheus renames it to exported_job.
+// coordinator's and the worker's series (DESIGN.md §4 names). Our series name
+// the training job `job_id`, so a plain scrape config (no honor_labels) keeps
+// both it and Prometheus' own `job`, the scrape job.
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +22,7 @@ TEST(PrometheusTest, ScrapesCoordinatorAndWorker) {
   c.StartWorker("w0", {absl::StrCat("--metrics-listen=127.0.0.1:", worker_metrics)});
   WriteFile(c.dir() / "prometheus.yml",
             absl::StrCat("global:\n  scrape_interval: 1s\nscrape_configs:\n"
-                         "  - job_name: sbp\n    honor_labels: true\n    static_configs:\n      - "
+                         "  - job_name: sbp\n    static_configs:\n      - "
                          "targets: ['127.0.0.1:",
                          coordinator_metrics, "', '127.0.0.1:", worker_metrics, "']\n"));
   Process server({prometheus, "--config.file=prometheus.yml", "--storage.tsdb.path=tsdb",
@@ -40,10 +40,14 @@ TEST(PrometheusTest, ScrapesCoordinatorAndWorker) {
     return body.find("\"status\":\"success\"") != std::string::npos &&
            body.find(text) != std::string::npos;
   };
-  EXPECT_TRUE(
-      WaitFor([&] { return has_series("sbp_train_step", "\"job\":\"" + id + "\""); }, seconds(40)))
+  EXPECT_TRUE(WaitFor([&] { return has_series("sbp_train_step", "\"job_id\":\"" + id + "\""); },
+                      seconds(40)))
       << HttpGet(web, "/api/v1/query?query=sbp_train_step") << c.Logs()
       << ReadAll((c.dir() / "prometheus.log").string());
+  // `job` stays the scrape job's name, and nothing was renamed exported_*.
+  const std::string step = HttpGet(web, "/api/v1/query?query=sbp_train_step");
+  EXPECT_NE(step.find("\"job\":\"sbp\""), std::string::npos) << step;
+  EXPECT_EQ(step.find("exported_"), std::string::npos) << step;
   for (const char* name : {"sbp_worker_memory_peak_bytes", "sbp_worker_memory_capacity_bytes",
                            "sbp_train_tokens_total", "sbp_train_step_seconds_bucket",
                            "sbp_train_loss", "sbp_eval_loss", "sbp_jobs", "sbp_workers"}) {

@@ -71,15 +71,15 @@ TEST_F(MetricsTest, ExposesTheDesignNames) {
       "sbp_grpc_requests_total{code=\"OK\",method=\"streambp.v1.JobService/Submit\"} 2",
       "sbp_grpc_requests_total{code=\"UNAUTHENTICATED\",method=\"streambp.v1.JobService/"
       "Get\"} 1",
-      absl::StrCat("sbp_job_progress_step{job=\"", flaky, "\"} 7"),
-      absl::StrCat("sbp_job_tokens_per_second{job=\"", flaky, "\"} 1000"),
-      absl::StrCat("sbp_job_peak_bytes{job=\"", flaky, "\"} 1048576"),
+      absl::StrCat("sbp_job_progress_step{job_id=\"", flaky, "\"} 7"),
+      absl::StrCat("sbp_job_tokens_per_second{job_id=\"", flaky, "\"} 1000"),
+      absl::StrCat("sbp_job_peak_bytes{job_id=\"", flaky, "\"} 1048576"),
   };
   for (const std::string& want : wanted) {
     EXPECT_TRUE(absl::StrContains(text, want)) << want << "\n" << text;
   }
   // Per-job series exist only while the job is not finished.
-  EXPECT_FALSE(absl::StrContains(text, absl::StrCat("job=\"", done, "\""))) << text;
+  EXPECT_FALSE(absl::StrContains(text, absl::StrCat("job_id=\"", done, "\""))) << text;
   ASSERT_TRUE(worker_->Finish(w, c, v1::OUTCOME_SUCCEEDED).ok());
   text = Scrape();
   EXPECT_FALSE(absl::StrContains(text, "sbp_job_progress_step{")) << text;

@@ -11,6 +11,10 @@
 namespace sbp {
 namespace {
 
+// The label naming the training job. Not `job`: Prometheus reserves that for
+// the scrape job (a scrape would rename ours exported_job or overwrite it).
+constexpr char kJobIdLabel[] = "job_id";
+
 // "host:port" -> host, for reporting the bound port of "host:0".
 std::string HostOf(const std::string& listen) {
   const size_t colon = listen.rfind(':');
@@ -180,7 +184,7 @@ void WorkerMetrics::SwitchJob(const std::string& job_id) {
   }
   job_ = job_id;
   disk_peak_ = 0;
-  const prometheus::Labels labels = {{"job", job_id}};
+  const prometheus::Labels labels = {{kJobIdLabel, job_id}};
   series_.tokens_total = &tokens_total_->Add(labels);
   series_.tokens_per_second = &tokens_per_second_->Add(labels);
   series_.step_seconds = &step_seconds_->Add(
@@ -209,7 +213,7 @@ void WorkerMetrics::RemoveRolloutSeries() {
 void WorkerMetrics::OnRollout(const RolloutReport& rollout) {
   JobSeries::Rollout& r = series_.rollout;
   if (r.reward_mean == nullptr) {
-    const prometheus::Labels labels = {{"job", job_}};
+    const prometheus::Labels labels = {{kJobIdLabel, job_}};
     r.reward_mean = &rollout_reward_mean_->Add(labels);
     r.reward_std = &rollout_reward_std_->Add(labels);
     r.length_mean = &rollout_length_mean_->Add(labels);
@@ -237,7 +241,7 @@ void WorkerMetrics::OnStep(const std::string& job_id, const StepReport& report) 
   series_.step_seconds->Observe(report.step_seconds);
   series_.loss->Set(report.loss);
   if (report.eval_step > 0) {
-    if (series_.eval_loss == nullptr) series_.eval_loss = &eval_loss_->Add({{"job", job_}});
+    if (series_.eval_loss == nullptr) series_.eval_loss = &eval_loss_->Add({{kJobIdLabel, job_}});
     series_.eval_loss->Set(report.eval_loss);
   }
   series_.mfu->Set(report.mfu);

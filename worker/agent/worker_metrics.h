@@ -1,6 +1,7 @@
 // The worker's Prometheus metrics (DESIGN.md §4), served at
-// http://<listen>/metrics. Training series carry a `job` label; only the
-// current (or last) job's series are kept, so the label stays bounded.
+// http://<listen>/metrics. Training series carry a `job_id` label (not `job`,
+// which Prometheus keeps for the scrape job); only the current (or last)
+// job's series are kept, so the label stays bounded.
 //
 // Memory by tier: sbp_worker_memory_{peak,current}_bytes{tier} with tier
 // "device" (the allocator's bytes), "host" (host memory the memory tiers

@@ -83,7 +83,7 @@ the single-token shorthand: --client-token-file and --worker-token-file.
 
 {{/* The Secret with the workers' plain token (key auth.workerTokenKey). */}}
 {{- define "streambp.workerTokenSecret" -}}
-{{- coalesce .Values.auth.existingSecret .Values.auth.existingWorkerTokenSecret (include "streambp.generatedTokenSecret" .) }}
+{{- coalesce .Values.auth.existingSecret .Values.auth.existingWorkerTokenSecret .Values.auth.existingTokenSecret (include "streambp.generatedTokenSecret" .) }}
 {{- end }}
 
 {{/* The Secret with a client token (key auth.clientTokenKey) for `helm test` and NOTES; empty: none. */}}
@@ -91,7 +91,7 @@ the single-token shorthand: --client-token-file and --worker-token-file.
 {{- if .Values.auth.existingSecret }}
 {{- .Values.auth.existingSecret }}
 {{- else if include "streambp.adminName" . }}
-{{- include "streambp.generatedTokenSecret" . }}
+{{- default (include "streambp.generatedTokenSecret" .) .Values.auth.existingTokenSecret }}
 {{- end }}
 {{- end }}
 
@@ -126,7 +126,7 @@ the cluster serves cert-manager.io/v1 and tls.enabled is false).
 {{- if $auth.existingSecret }}
 {{- $others := list }}
 {{- if $auth.users }}{{ $others = append $others "auth.users" }}{{ end }}
-{{- range $key := list "existingUsersSecret" "workerToken" "existingWorkerTokenSecret" }}
+{{- range $key := list "existingUsersSecret" "workerToken" "existingWorkerTokenSecret" "existingTokenSecret" }}
 {{- if get $auth $key }}{{ $others = append $others (printf "auth.%s" $key) }}{{ end }}
 {{- end }}
 {{- if $others }}
@@ -139,9 +139,18 @@ the cluster serves cert-manager.io/v1 and tls.enabled is false).
 {{- if and $auth.workerToken $auth.existingWorkerTokenSecret }}
 {{- fail "auth.workerToken and auth.existingWorkerTokenSecret: set one (the workers' token, or the Secret that holds it)" }}
 {{- end }}
-{{- if and $auth.existingUsersSecret (not (or $auth.workerToken $auth.existingWorkerTokenSecret)) }}
+{{- if and $auth.existingTokenSecret (or $auth.workerToken $auth.existingWorkerTokenSecret) }}
+{{- fail "auth.existingTokenSecret holds the workers' token: drop auth.workerToken and auth.existingWorkerTokenSecret" }}
+{{- end }}
+{{- if and $auth.existingUsersSecret (not (or $auth.workerToken $auth.existingWorkerTokenSecret $auth.existingTokenSecret)) }}
 {{- fail "auth.existingUsersSecret: the chart adds nothing to a users file it does not render; give the workers' token with auth.existingWorkerTokenSecret (or auth.workerToken) and list its SHA-256 under workers: in the file" }}
 {{- end }}
+{{- if and (or $auth.admin.tokenSha256 $auth.workerTokenSha256) (not $auth.existingTokenSecret) }}
+{{- fail "auth.admin.tokenSha256 and auth.workerTokenSha256 are the hashes of the tokens in auth.existingTokenSecret: set that too, or drop them" }}
+{{- end }}
+{{- end }}
+{{- if and (eq .Values.worker.device "cpu") (hasKey (default dict (dig "limits" dict (default dict .Values.worker.resources))) "nvidia.com/gpu") }}
+{{- fail "worker.resources.limits asks for nvidia.com/gpu, but worker.device is cpu: drop it (the chart adds the GPUs of cuda workers itself)" }}
 {{- end }}
 {{- $certManager := toString .Values.tls.certManager.enabled }}
 {{- if and (eq $certManager "true") .Values.tls.enabled }}
@@ -156,46 +165,141 @@ the cluster serves cert-manager.io/v1 and tls.enabled is false).
 {{- default (printf "%s-shared" (include "streambp.fullname" .)) .Values.shared.existingClaim }}
 {{- end }}
 
-{{/*
-The worker's --memory: worker.memory when set; for CPU workers otherwise the
-container's memory limit, a Kubernetes quantity turned into the sbp form
-(64Gi -> 64GiB, 500M -> 500MB, 1073741824 -> 1073741824).
-*/}}
-{{- /* The worker's --memory: worker.memory, or for cpu workers the container's
-memory limit; Kubernetes quantities (72Gi, 64G) and our sizes (72GiB) alike. */}}
-{{- define "streambp.workerMemory" -}}
-{{- $field := "worker.memory" }}
-{{- $size := toString (default "" .Values.worker.memory) }}
-{{- if not $size }}
-{{- if eq .Values.worker.device "cuda" }}
-{{- fail "worker.memory: set the GPU memory budget of each worker (e.g. 72Gi) when worker.device is cuda" }}
+{{- /* A size for an sbp flag (--memory, --host-memory, --offload-disk) in a
+form sbp's ParseByteSize reads the way Kubernetes means it: a Kubernetes
+quantity (72Gi -> 72GiB, 64G -> 64GB = 64*10^9 bytes, 500M -> 500MB, 1e9 as
+is), a size of sbp's (72GiB, 64GB) or a number of bytes (from a values file,
+a float64; from --set, an int64). Fails naming .field. Called with
+(dict "field" F "size" S). */}}
+{{- define "streambp.sizeArg" -}}
+{{- $size := .size }}
+{{- if or (kindIs "float64" $size) (kindIs "int64" $size) (kindIs "int" $size) }}
+{{- $size = int64 $size | toString }}
 {{- end }}
-{{- $field = "worker.resources.limits.memory" }}
-{{- $size = toString (dig "limits" "memory" "" (default dict .Values.worker.resources)) }}
-{{- end }}
+{{- $size = toString $size }}
 {{- if regexMatch "^[0-9]+(\\.[0-9]+)?[KMGT]i$" $size }}
 {{- printf "%sB" $size }}
 {{- else if regexMatch "^[0-9]+(\\.[0-9]+)?[kMGT]$" $size }}
 {{- printf "%sB" (upper $size) }}
-{{- else if regexMatch "^[0-9]+(\\.[0-9]+)? ?([KMGT]i?B|kB|B)?$" $size }}
+{{- else if regexMatch "^[0-9]+(\\.[0-9]+)?([eE][0-9]+| ?([KMGT]i?B|kB|B))?$" $size }}
 {{- $size }}
 {{- else }}
-{{- fail (printf "%s: %q is not a size like 72Gi, 64G or 72GiB (worker.memory empty: derived from worker.resources.limits.memory for cpu workers)" $field $size) }}
+{{- fail (printf "%s: %q is not a size like 72Gi, 64G, 72GiB or a number of bytes" .field $size) }}
 {{- end }}
 {{- end }}
 
-{{- /* A size for an sbp flag: Kubernetes quantities (256Gi, 500G) and our
-sizes (256GiB) alike; fails naming .field. Called with (dict "field" F "size" S). */}}
-{{- define "streambp.sizeArg" -}}
-{{- $size := toString .size }}
-{{- if regexMatch "^[0-9]+(\\.[0-9]+)?[KMGT]i$" $size }}
-{{- printf "%sB" $size }}
-{{- else if regexMatch "^[0-9]+(\\.[0-9]+)?[kMGT]$" $size }}
-{{- printf "%sB" (upper $size) }}
-{{- else if regexMatch "^[0-9]+(\\.[0-9]+)? ?([KMGT]i?B|kB|B)?$" $size }}
-{{- $size }}
+{{- /* The bytes of a size as streambp.sizeArg renders it, as an integer
+string. Called with (dict "field" F "size" S). */}}
+{{- define "streambp.sizeBytes" -}}
+{{- $size := include "streambp.sizeArg" . | replace " " "" }}
+{{- $number := regexReplaceAll "^([0-9]+(\\.[0-9]+)?).*$" $size "${1}" | float64 }}
+{{- $exponent := regexReplaceAll "^[0-9.]+([eE]([0-9]+))?.*$" $size "${2}" | default "0" | int }}
+{{- $unit := regexReplaceAll "^[0-9.]+([eE][0-9]+)?" $size "" | upper }}
+{{- $factors := dict "" 1.0 "B" 1.0 "KB" 1e3 "MB" 1e6 "GB" 1e9 "TB" 1e12 "KIB" 1024.0 "MIB" 1048576.0 "GIB" 1073741824.0 "TIB" 1099511627776.0 }}
+{{- $bytes := mulf $number (get $factors $unit) }}
+{{- range until $exponent }}{{ $bytes = mulf $bytes 10 }}{{ end }}
+{{- printf "%d" (int64 (floor $bytes)) }}
+{{- end }}
+
+{{- /* A byte count as a short sbp size: 68719476736 -> 64GiB. */}}
+{{- define "streambp.formatBytes" -}}
+{{- $bytes := int64 . }}
+{{- if and (gt $bytes 0) (eq (mod $bytes 1073741824) 0) }}
+{{- printf "%dGiB" (div $bytes 1073741824) }}
+{{- else if and (gt $bytes 0) (eq (mod $bytes 1048576) 0) }}
+{{- printf "%dMiB" (div $bytes 1048576) }}
 {{- else }}
-{{- fail (printf "%s: %q is not a size like 256Gi, 500G or 256GiB" .field $size) }}
+{{- printf "%d" $bytes }}
+{{- end }}
+{{- end }}
+
+{{- /* The worker's --memory: worker.memory, or for cpu workers the container's
+memory limit. */}}
+{{- define "streambp.workerMemory" -}}
+{{- $size := .Values.worker.memory }}
+{{- if or (kindIs "float64" $size) (kindIs "int64" $size) (kindIs "int" $size) }}
+{{- include "streambp.sizeArg" (dict "field" "worker.memory" "size" $size) }}
+{{- else if $size }}
+{{- include "streambp.sizeArg" (dict "field" "worker.memory" "size" $size) }}
+{{- else if eq .Values.worker.device "cuda" }}
+{{- fail "worker.memory: set the GPU memory budget of each worker (e.g. 72Gi) when worker.device is cuda" }}
+{{- else }}
+{{- $limit := dig "limits" "memory" "" (default dict .Values.worker.resources) }}
+{{- if not $limit }}
+{{- fail "worker.memory: empty, and worker.resources.limits.memory gives no limit to take it from: set one of the two" }}
+{{- end }}
+{{- include "streambp.sizeArg" (dict "field" "worker.resources.limits.memory" "size" $limit) }}
+{{- end }}
+{{- end }}
+
+{{- /* The worker's --host-memory; empty: none given (the worker reads its
+cgroup). With whole-node pods and no worker.hostMemory, each worker's share
+of the container's memory limit. */}}
+{{- define "streambp.workerHostMemory" -}}
+{{- if .Values.worker.hostMemory }}
+{{- include "streambp.sizeArg" (dict "field" "worker.hostMemory" "size" .Values.worker.hostMemory) }}
+{{- else if gt (int (include "streambp.workersPerPod" .)) 1 }}
+{{- with dig "limits" "memory" "" (default dict .Values.worker.resources) }}
+{{- $bytes := include "streambp.sizeBytes" (dict "field" "worker.resources.limits.memory" "size" .) | int64 }}
+{{- include "streambp.formatBytes" (div $bytes (int64 (include "streambp.workersPerPod" $))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- /* "true" for whole-node worker pods: cuda with worker.wholeNode. */}}
+{{- define "streambp.wholeNode" -}}
+{{- if and (eq .Values.worker.device "cuda") .Values.worker.wholeNode }}true{{ end }}
+{{- end }}
+
+{{- /* sbp-worker processes (and GPUs) per worker pod; 1 for cpu workers. */}}
+{{- define "streambp.workersPerPod" -}}
+{{- if include "streambp.wholeNode" . }}{{ int .Values.worker.gpusPerNode }}{{ else }}1{{ end }}
+{{- end }}
+
+{{- /* The worker pod's metrics ports: a list of {name, port, gpu} (gpu: -1 for
+the one port of a single-worker pod). */}}
+{{- define "streambp.workerMetricsPorts" -}}
+{{- $ports := list }}
+{{- if include "streambp.wholeNode" . }}
+{{- range $i := until (int .Values.worker.gpusPerNode) }}
+{{- $ports = append $ports (dict "name" (printf "metrics-gpu%d" $i) "port" (add (int $.Values.worker.metricsPort) $i) "gpu" $i) }}
+{{- end }}
+{{- else }}
+{{- $ports = append $ports (dict "name" "metrics" "port" (int .Values.worker.metricsPort) "gpu" -1) }}
+{{- end }}
+{{- toJson $ports }}
+{{- end }}
+
+{{- /* The data of the Secret named .name in the release's namespace, as JSON
+(base64 values); {} when the cluster cannot be read: Helm's lookup answers
+nothing to helm template, helm install --dry-run (client) and GitOps tools
+that render with helm template. Called with (dict "ctx" $ "name" NAME).
+(tests/deploy/check swaps the lookup below for a stand-in cluster.) */}}
+{{- define "streambp.existingSecretData" -}}
+{{- $found := lookup "v1" "Secret" .ctx.Release.Namespace .name }}
+{{- dig "data" dict (default dict $found) | toJson }}
+{{- end }}
+
+{{- /* The SHA-256 of a token in auth.existingTokenSecret: read from the Secret
+(.data, from streambp.existingSecretData) where the chart can read it, else
+.given (auth.admin.tokenSha256, auth.workerTokenSha256); both: they must
+match. Called with (dict "data" D "secret" S "key" K "given" H "field" F). */}}
+{{- define "streambp.ownTokenHash" -}}
+{{- $given := lower (toString (default "" .given)) }}
+{{- $read := "" }}
+{{- if hasKey .data .key }}
+{{- $read = get .data .key | b64dec | sha256sum }}
+{{- end }}
+{{- if and $given $read (ne $given $read) }}
+{{- fail (printf "%s does not match the token in Secret %s (key %s): correct it, or drop it to take the Secret's" .field .secret .key) }}
+{{- else if $given }}
+{{- $given }}
+{{- else if $read }}
+{{- $read }}
+{{- else if .data }}
+{{- fail (printf "auth.existingTokenSecret: the Secret %s has no key %s (auth.clientTokenKey, auth.workerTokenKey)" .secret .key) }}
+{{- else }}
+{{- fail (printf "%s: give the SHA-256 of the token in Secret %s (key %s), printf %%s \"$TOKEN\" | sha256sum: this render cannot read the Secret (helm template, client-side dry runs and GitOps tools that render with helm template see no cluster; helm install/upgrade reads it)" .field .secret .key) }}
 {{- end }}
 {{- end }}
 

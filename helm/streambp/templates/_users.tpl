@@ -4,8 +4,9 @@ or its YAML text), checked by the rules the coordinator applies (so that a
 mistake fails `helm install` instead of the coordinator's start or reload),
 plus the admin (auth.admin.name, a generated token) and this release's
 workers (<fullname>-worker, with the workers' token when the chart knows it).
-Called with (dict "ctx" $ "adminName" NAME "adminToken" TOKEN "workerToken" TOKEN);
-an empty token adds no entry.
+Called with (dict "ctx" $ "adminName" NAME "adminHash" SHA256 "workerHash" SHA256),
+the SHA-256 of the admin's and the workers' tokens; an empty hash adds no
+entry.
 */}}
 {{- define "streambp.usersFile" -}}
 {{- $ctx := .ctx }}
@@ -99,24 +100,31 @@ an empty token adds no entry.
 {{- if hasKey (index $lists.users 1) .adminName }}
 {{- fail (printf "auth.users lists a user named '%s', the name of the admin the chart adds: set auth.admin.name to another name, or to \"\" for none" .adminName) }}
 {{- end }}
-{{- $users = append $users (dict "name" .adminName "role" "admin" "token_sha256" (list (sha256sum .adminToken))) }}
+{{- if hasKey $hashes .adminHash }}
+{{- fail (printf "auth.users lists the hash of the admin %s's token for another identity: each token belongs to one" .adminName) }}
+{{- end }}
+{{- $_ := set $hashes .adminHash true }}
+{{- $users = append $users (dict "name" .adminName "role" "admin" "token_sha256" (list .adminHash)) }}
 {{- end }}
 {{- if not $users }}
 {{- fail "auth: nobody could call the coordinator: auth.users lists no users and auth.admin.name is empty" }}
 {{- end }}
 {{- $workers := index $lists.workers 0 }}
 {{- $workerName := include "streambp.workerName" $ctx }}
-{{- if .workerToken }}
+{{- if .workerHash }}
 {{- if hasKey (index $lists.workers 1) $workerName }}
 {{- fail (printf "auth.users lists a worker named '%s', the name the chart gives this release's workers with the hash of their token: drop that entry, or give the token with auth.existingWorkerTokenSecret and keep it" $workerName) }}
 {{- end }}
-{{- $workers = append $workers (dict "name" $workerName "token_sha256" (list (sha256sum .workerToken))) }}
+{{- if hasKey $hashes .workerHash }}
+{{- fail "auth.users lists the hash of the workers' token for another identity: each token belongs to one" }}
+{{- end }}
+{{- $workers = append $workers (dict "name" $workerName "token_sha256" (list .workerHash)) }}
 {{- else if not $workers }}
 {{- fail "auth.users lists no workers: add the SHA-256 of the token in auth.existingWorkerTokenSecret under workers:" }}
 {{- end }}
 {{- $_ := set $file "users" $users }}
 {{- $_ := set $file "workers" $workers }}
-# Rendered by the streambp chart from auth.users{{ if .adminName }}, with the admin {{ .adminName | quote }}{{ end }}{{ if .workerToken }} and the workers {{ $workerName | quote }}{{ end }}.
+# Rendered by the streambp chart from auth.users{{ if .adminName }}, with the admin {{ .adminName | quote }}{{ end }}{{ if .workerHash }} and the workers {{ $workerName | quote }}{{ end }}.
 # SHA-256 of each bearer token only; the coordinator re-reads this file when it changes.
 {{ toYaml $file }}
 {{- end }}
