@@ -23,6 +23,7 @@
 #include "worker/engine/device_store.h"
 #include "worker/engine/lora_store.h"
 #include "worker/model/tokenizer_decoder.h"
+#include "worker/train/checkpoint_argument.h"
 #include "worker/train/jsonl_data.h"
 #include "worker/train/peft_adapter.h"
 #include "worker/train/rollout/rollout.h"
@@ -75,11 +76,39 @@ bool HoldsTextPrompts(const std::string& path) {
   return false;
 }
 
-// The tokenizer directory: --tokenizer, else the model's when it has one.
+// The tokenizer directory: --tokenizer, else the model's or the adapter's
+// when it has one.
 std::string TokenizerDir(const GenerateOptions& o) {
   if (!o.tokenizer.empty()) return o.tokenizer;
   std::error_code ec;
-  return fs::is_regular_file(fs::path(o.model) / "tokenizer.json", ec) ? o.model : "";
+  for (const std::string& dir : {o.model, o.adapter}) {
+    if (!dir.empty() && fs::is_regular_file(fs::path(dir) / "tokenizer.json", ec)) return dir;
+  }
+  return "";
+}
+
+// --model and --adapter as checkpoint arguments (a run directory, `latest`);
+// a LoRA checkpoint given as --model is the adapter on the base it names.
+absl::StatusOr<GenerateOptions> ResolveModelPaths(GenerateOptions o) {
+  ASSIGN_OR_RETURN(o.model, ResolveCheckpointArgument("--model", o.model));
+  if (!o.adapter.empty()) {
+    ASSIGN_OR_RETURN(o.adapter, ResolveCheckpointArgument("--adapter", o.adapter));
+  }
+  std::error_code ec;
+  if (!o.adapter.empty() || fs::exists(fs::path(o.model) / "config.json", ec) ||
+      !fs::exists(fs::path(o.model) / "adapter_config.json", ec)) {
+    return o;
+  }
+  ASSIGN_OR_RETURN(const std::string base, ReadPeftBaseModel(o.model));
+  if (base.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model: ", o.model,
+        " is a LoRA adapter that names no base model: give the base as --model and the "
+        "adapter as --adapter"));
+  }
+  o.adapter = o.model;
+  o.model = base;
+  return o;
 }
 
 absl::StatusOr<GenerationOptions> ToGenerationOptions(const GenerateOptions& o,
@@ -144,7 +173,8 @@ class Output {
   std::ofstream file_;
 };
 
-absl::Status RunGenerate(const GenerateOptions& o) {
+absl::Status RunGenerate(const GenerateOptions& given) {
+  ASSIGN_OR_RETURN(const GenerateOptions o, ResolveModelPaths(given));
   if (o.samples < 1) return absl::InvalidArgumentError("--samples: must be at least 1");
   const std::string tokenizer_dir = TokenizerDir(o);
   std::optional<TokenizerDecoder> tokenizer;
@@ -255,8 +285,12 @@ absl::Status RunGenerate(const GenerateOptions& o) {
 void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* g = app.add_subcommand("generate", "sample completions of prompts with a KV cache");
-  g->add_option("--model", o->model, "Hugging Face model or checkpoint directory")->required();
-  g->add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory on top of --model");
+  g->add_option("--model", o->model,
+                "Hugging Face model or checkpoint directory, or a run directory (its newest "
+                "checkpoint; a LoRA one on the base it names)")
+      ->required();
+  g->add_option("--adapter", o->adapter,
+                "a PEFT LoRA adapter directory (or a LoRA run directory) on top of --model");
   g->add_option("--prompts", o->prompts,
                 "JSONL: {\"prompt_ids\": [...]} or text {\"prompt\": ...} / {\"messages\": ...}")
       ->required();

@@ -1,6 +1,8 @@
 // `sbp generate`: completions of a prompts file from a model (a Hugging Face
 // directory or a training checkpoint, optionally with a PEFT LoRA adapter),
-// through the engine's KV-cache decoder (worker/engine/decode/).
+// through the engine's KV-cache decoder (worker/engine/decode/). --model and
+// --adapter also take a run directory or checkpoints/latest
+// (worker/train/checkpoint_argument.h).
 //
 //   sbp generate --model DIR [--adapter DIR] --prompts FILE --max-new-tokens N
 //       [--temperature T --top-p P --top-k K --seed S --samples N]

@@ -15,6 +15,7 @@
 #include "worker/engine/parameter_store.h"
 #include "worker/model/model_io.h"
 #include "worker/model/safetensors.h"
+#include "worker/train/checkpoint_argument.h"
 #include "worker/train/dataset.h"
 #include "worker/train/jsonl_data.h"
 
@@ -37,7 +38,8 @@ absl::Status RunGrad(const GradOptions& o) {
   ASSIGN_OR_RETURN(ComputeDevice device, OpenCommandDevice(o.device, o.precision));
   Backend& backend = *device.backend;
   Allocator& allocator = *device.allocator;
-  ASSIGN_OR_RETURN(DeviceModel model, LoadDeviceModel(device, o.model, "", 0));
+  ASSIGN_OR_RETURN(const std::string model_dir, ResolveCheckpointArgument("--model", o.model));
+  ASSIGN_OR_RETURN(DeviceModel model, LoadDeviceModel(device, model_dir, "", 0));
   ParameterStore& weights = model.weights;
   ParameterStore& grads = model.grads;
   const ModelConfig config = weights.config();
@@ -90,7 +92,10 @@ absl::Status RunGrad(const GradOptions& o) {
 void AddGradCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<GradOptions>();
   CLI::App* grad = app.add_subcommand("grad", "loss and gradients of a batch of SFT sequences");
-  grad->add_option("--model", o->model, "Hugging Face model directory")->required();
+  grad->add_option("--model", o->model,
+                   "Hugging Face model or checkpoint directory, or a run directory (its newest "
+                   "checkpoint)")
+      ->required();
   grad->add_option("--data", o->data,
                    "SFT token JSONL (input_ids and labels, or prompt_ids and completion_ids) or a "
                    "token shard file")

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "client/cli_common.h"
+#include "worker/train/checkpoint_argument.h"
 #include "worker/train/lora_merge.h"
 #include "worker/train/peft_adapter.h"
 
@@ -19,20 +20,27 @@ struct MergeOptions {
 };
 
 int RunMerge(const MergeOptions& o) {
-  std::string model = o.model;
-  if (model.empty()) {
+  // A run directory or `latest` means the checkpoint it names.
+  const absl::StatusOr<std::string> adapter = ResolveCheckpointArgument("--adapter", o.adapter);
+  if (!adapter.ok()) return ReportError("lora merge", adapter.status());
+  std::string model;
+  if (!o.model.empty()) {
+    absl::StatusOr<std::string> given = ResolveCheckpointArgument("--model", o.model);
+    if (!given.ok()) return ReportError("lora merge", given.status());
+    model = *given;
+  } else {
     // The base model the adapter was trained on, as its checkpoint names it.
-    absl::StatusOr<std::string> named = ReadPeftBaseModel(o.adapter);
+    absl::StatusOr<std::string> named = ReadPeftBaseModel(*adapter);
     if (!named.ok()) return ReportError("lora merge", named.status());
     if (named->empty()) {
-      return ReportError("lora merge",
-                         absl::InvalidArgumentError(
-                             o.adapter + "/adapter_config.json names no base model "
-                                         "(base_model_name_or_path is null): give --model"));
+      return ReportError(
+          "lora merge",
+          absl::InvalidArgumentError(*adapter + "/adapter_config.json names no base model "
+                                                "(base_model_name_or_path is null): give --model"));
     }
     model = *named;
   }
-  auto summary = MergeLoraAdapter(model, o.adapter, o.out);
+  auto summary = MergeLoraAdapter(model, *adapter, o.out);
   if (!summary.ok()) return ReportError("lora merge", summary.status());
   std::printf("%s\n", summary->dump().c_str());
   return kExitOk;
@@ -50,7 +58,8 @@ void AddLoraCommand(CLI::App& app, int* exit_code) {
                     "base model directory (default: the adapter's base_model_name_or_path)");
   merge
       ->add_option("--adapter", options->adapter,
-                   "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")
+                   "PEFT adapter directory (adapter_config.json + adapter_model.safetensors), "
+                   "or a LoRA run directory (its newest checkpoint)")
       ->required();
   merge->add_option("--out", options->out, "output model directory")->required();
   merge->callback([options, exit_code] { *exit_code = RunMerge(*options); });

@@ -17,6 +17,8 @@
 #include "worker/model/model_io.h"
 #include "worker/model/safetensors.h"
 #include "worker/train/checkpoint_companions.h"
+#include "worker/train/checkpoint_layout.h"
+#include "worker/train/latest_link.h"
 #include "worker/train/peft_adapter.h"
 
 namespace sbp {
@@ -34,7 +36,7 @@ absl::Status FsError(const std::error_code& ec, const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", ec.message()));
 }
 
-// Steps of the complete checkpoints (those with trainer_state.json), ascending.
+// Steps of the complete checkpoints (IsCompleteCheckpoint), ascending.
 std::vector<int64_t> CompleteCheckpointSteps(const std::string& run_dir) {
   std::vector<int64_t> steps;
   std::error_code ec;
@@ -43,7 +45,7 @@ std::vector<int64_t> CompleteCheckpointSteps(const std::string& run_dir) {
     absl::string_view rest = name;
     int64_t step = 0;
     if (!absl::ConsumePrefix(&rest, kStatePrefix) || !absl::SimpleAtoi(rest, &step)) continue;
-    if (fs::exists(entry.path() / "trainer_state.json")) steps.push_back(step);
+    if (IsCompleteCheckpoint(entry.path().string())) steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -110,8 +112,8 @@ absl::Status PrepareCheckpointStaging(const CheckpointSink& sink, int64_t step) 
   RETURN_IF_ERROR(CheckConfinedPath(temp_dir, FileAccess::kWrite));
   std::error_code ec;
   fs::remove_all(temp_dir, ec);
-  fs::create_directories(temp_dir, ec);
-  if (ec) return FsError(ec, "creating " + temp_dir);
+  fs::create_directories(TrainerStateDir(temp_dir), ec);
+  if (ec) return FsError(ec, "creating " + TrainerStateDir(temp_dir));
   return absl::OkStatus();
 }
 
@@ -158,13 +160,15 @@ absl::Status WriteCheckpointModelAndState(const CheckpointSink& sink,
                                        CheckpointWeightDType(weights.config())));
   }
   RETURN_IF_ERROR(WriteCheckpointCompanions(sink.base_model, weights.config(), staging_dir));
-  return WriteFileAtomically(staging_dir + "/trainer_state.json", state.ToJson().dump(2) + "\n");
+  return WriteFileAtomically(absl::StrCat(TrainerStateDir(staging_dir), "/", kTrainerStateFile),
+                             state.ToJson().dump(2) + "\n");
 }
 
 absl::Status CommitCheckpoint(const CheckpointSink& sink, int64_t step, int64_t keep_last) {
   const std::string& run_dir = sink.run_dir;
   const std::string final_dir = CheckpointPath(run_dir, step);
   const std::string temp_dir = CheckpointStagingPath(sink, step);
+  RETURN_IF_ERROR(SyncDirectory(TrainerStateDir(temp_dir)));
   RETURN_IF_ERROR(SyncDirectory(temp_dir));
   // The last moment a newer attempt can be noticed before the run changes.
   if (sink.fence) RETURN_IF_ERROR(sink.fence());
@@ -174,8 +178,7 @@ absl::Status CommitCheckpoint(const CheckpointSink& sink, int64_t step, int64_t 
   fs::rename(temp_dir, final_dir, ec);
   if (ec) return FsError(ec, "renaming " + temp_dir + " to " + final_dir);
   RETURN_IF_ERROR(SyncDirectory(CheckpointsDir(run_dir)));
-  RETURN_IF_ERROR(WriteFileAtomically(CheckpointsDir(run_dir) + "/latest",
-                                      fs::path(final_dir).filename().string() + "\n"));
+  RETURN_IF_ERROR(PointLatestAt(CheckpointsDir(run_dir), fs::path(final_dir).filename().string()));
   if (keep_last > 0) {
     std::vector<int64_t> steps = CompleteCheckpointSteps(run_dir);
     for (size_t i = 0; i + keep_last < steps.size(); ++i) {
@@ -201,7 +204,7 @@ absl::Status WriteAndCommit(const CheckpointSink& sink, const ParameterStore& we
       moments.push_back(std::move(entry));
     }
   }
-  RETURN_IF_ERROR(WriteSafetensors(temp_dir + "/optimizer.safetensors", moments,
+  RETURN_IF_ERROR(WriteSafetensors(TrainerStateDir(temp_dir) + "/optimizer.safetensors", moments,
                                    {{"format", "sbp-adamw"}}, DType::kF32));
   return CommitCheckpoint(sink, state.step, keep_last);
 }
@@ -219,11 +222,10 @@ absl::Status SaveCheckpoint(const CheckpointSink& sink, const ParameterStore& we
 }
 
 absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& run_dir) {
-  auto latest = ReadFileToString(CheckpointsDir(run_dir) + "/latest");
+  const absl::StatusOr<std::string> latest = ReadLatestName(CheckpointsDir(run_dir));
   if (latest.ok()) {
-    const std::string dir =
-        CheckpointsDir(run_dir) + "/" + std::string(absl::StripAsciiWhitespace(*latest));
-    if (fs::exists(dir + "/trainer_state.json")) return std::optional<std::string>(dir);
+    const std::string dir = CheckpointsDir(run_dir) + "/" + *latest;
+    if (IsCompleteCheckpoint(dir)) return std::optional<std::string>(dir);
   }
   // No (valid) pointer: the newest complete checkpoint, if any.
   const std::vector<int64_t> steps = CompleteCheckpointSteps(run_dir);
@@ -240,7 +242,8 @@ absl::StatusOr<TrainerState> LoadCheckpointWeightsAndState(const std::string& ch
     ASSIGN_OR_RETURN(ModelWeights model, LoadModelDirectory(checkpoint_dir, staging));
     RETURN_IF_ERROR(Annotate(CopyIntoStore(model.params, weights), checkpoint_dir));
   }
-  const std::string state_path = checkpoint_dir + "/trainer_state.json";
+  const std::string state_path =
+      absl::StrCat(FindTrainerStateDir(checkpoint_dir), "/", kTrainerStateFile);
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(state_path));
   nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
@@ -254,8 +257,9 @@ absl::StatusOr<TrainerState> LoadCheckpoint(const std::string& checkpoint_dir,
                                             ParameterStore& exp_avg_sq) {
   ASSIGN_OR_RETURN(TrainerState state, LoadCheckpointWeightsAndState(checkpoint_dir, weights));
   CpuAllocator staging;
-  ASSIGN_OR_RETURN(SafetensorsFile moments,
-                   SafetensorsFile::Open(checkpoint_dir + "/optimizer.safetensors"));
+  ASSIGN_OR_RETURN(
+      SafetensorsFile moments,
+      SafetensorsFile::Open(FindTrainerStateDir(checkpoint_dir) + "/optimizer.safetensors"));
   RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg.", exp_avg, staging));
   RETURN_IF_ERROR(LoadPrefixed(moments, "exp_avg_sq.", exp_avg_sq, staging));
   const auto named = weights.NamedTensors();

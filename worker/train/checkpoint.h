@@ -1,19 +1,25 @@
 // Training checkpoints. A checkpoint is a directory
 //   <run>/checkpoints/step-00000050/
 //     config.json + model.safetensors   the weights, loadable as a model, in
-//                                       the model's own dtype (torch_dtype)
-//     optimizer.safetensors             "exp_avg.<name>", "exp_avg_sq.<name>",
+//                                       the model's own dtype (torch_dtype);
+//                                       a PEFT adapter in LoRA runs
+//     tokenizer files, generation_config.json  (checkpoint_companions.h)
+//     trainer_state/                    what only a resume reads
+//                                       (checkpoint_layout.h):
+//       optimizer.safetensors           "exp_avg.<name>", "exp_avg_sq.<name>",
 //                                       and "master.<name>", the fp32 master
 //                                       weights, whenever the model file
 //                                       cannot hold them exactly (bf16 files,
 //                                       or a run with a bf16 compute copy)
-//     trainer_state.json                step, data cursor, job name, figures
+//       trainer_state.json              step, data cursor, job name, figures
 // built in a staging directory of the writing attempt
 // (.tmp-step-00000050-attempt-3), every file fsynced, the run's fence
-// checked, then renamed into place; <run>/checkpoints/latest names the newest
-// one and is replaced atomically after the rename. A crash at any point
-// leaves either the previous checkpoint or the new one, never half of one; a
-// failed write removes its staging directory.
+// checked, then renamed into place; <run>/checkpoints/latest, a link to the
+// newest one (latest_link.h), is replaced atomically after the rename. A
+// crash at any point leaves either the previous checkpoint or the new one,
+// never half of one; a failed write removes its staging directory.
+// Checkpoints of the older layout (state beside the weights, `latest` a
+// text file) still load.
 #pragma once
 
 #include <cstdint>
@@ -72,7 +78,8 @@ absl::Status SaveCheckpoint(const CheckpointSink& sink, const ParameterStore& we
                             int64_t keep_last);
 
 // The pieces of SaveCheckpoint, for writers that add their own files (under
-// ZeRO-2 each rank writes its optimizer shard): an empty staging directory,
+// ZeRO-2 each rank writes its optimizer shard into TrainerStateDir of the
+// staging directory): an empty staging directory (with that subfolder),
 // the model and trainer state in it, then the commit (fsync, rename into
 // place, `latest`, pruning to `keep_last`).
 std::string CheckpointStagingPath(const CheckpointSink& sink, int64_t step);
@@ -92,7 +99,8 @@ void RemoveStaleStaging(const std::string& run_dir, int64_t attempt);
 // The newest complete checkpoint directory of the run, if any.
 absl::StatusOr<std::optional<std::string>> FindLatestCheckpoint(const std::string& run_dir);
 
-// Loads a checkpoint's weights and trainer state (not the optimizer).
+// Loads a checkpoint's weights and trainer state (not the optimizer), in
+// either layout.
 absl::StatusOr<TrainerState> LoadCheckpointWeightsAndState(const std::string& checkpoint_dir,
                                                            ParameterStore& weights);
 

@@ -16,6 +16,8 @@
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/checkpoint_argument.h"
+#include "worker/train/checkpoint_layout.h"
 
 namespace sbp {
 namespace {
@@ -229,12 +231,8 @@ std::vector<std::string> FindRunsOfJob(const std::string& runs_root, const std::
 }
 
 absl::StatusOr<std::string> ResolveResumeFrom(const std::string& path) {
-  std::error_code ec;
-  if (fs::exists(path + "/trainer_state.json", ec)) return path;
-  if (fs::is_directory(path, ec)) {
-    ASSIGN_OR_RETURN(const std::optional<std::string> latest, FindLatestCheckpoint(path));
-    if (latest.has_value()) return *latest;
-  }
+  const absl::StatusOr<std::string> resolved = ResolveCheckpointArgument("resume_from", path);
+  if (resolved.ok() && IsCompleteCheckpoint(*resolved)) return *resolved;
   return absl::InvalidArgumentError(
       absl::StrCat("resume_from: ", path, " is neither a checkpoint nor a run directory with one"));
 }

@@ -99,9 +99,11 @@ class RunFence {
   RunIdentity identity_;
 };
 
-// The checkpoint directory that `resume_from` names: itself when it is a
-// checkpoint (has trainer_state.json), else the newest checkpoint of the
-// run directory it names. InvalidArgument naming the field otherwise.
+// The checkpoint directory that `resume_from` names, as
+// ResolveCheckpointArgument resolves it (a checkpoint, the step a `latest`
+// names, the newest checkpoint of a run directory), when it is a complete
+// checkpoint (IsCompleteCheckpoint). InvalidArgument naming the field
+// otherwise.
 absl::StatusOr<std::string> ResolveResumeFrom(const std::string& path);
 
 }  // namespace sbp

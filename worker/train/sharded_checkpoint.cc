@@ -13,6 +13,7 @@
 #include "kernels/allocator.h"
 #include "worker/engine/device_store.h"
 #include "worker/model/safetensors.h"
+#include "worker/train/checkpoint_layout.h"
 
 namespace sbp {
 namespace {
@@ -82,7 +83,8 @@ absl::Status SaveShardedCheckpoint(const CheckpointSink& sink, const ParameterSt
     }
   }
   const absl::Status written = WriteSafetensors(
-      staging + "/" + OptimizerShardFileName(comm.rank(), comm.world_size()), shards,
+      TrainerStateDir(staging) + "/" + OptimizerShardFileName(comm.rank(), comm.world_size()),
+      shards,
       {{"format", "sbp-zero2-adamw"},
        {"rank", std::to_string(comm.rank())},
        {"world_size", std::to_string(comm.world_size())}},
@@ -119,8 +121,8 @@ absl::StatusOr<TrainerState> LoadShardedCheckpoint(const std::string& checkpoint
                                                    ParameterStore& weights, Zero2State& zero) {
   Communicator& comm = zero.communicator();
   Backend& backend = zero.backend();
-  const std::string path =
-      checkpoint_dir + "/" + OptimizerShardFileName(comm.rank(), comm.world_size());
+  const std::string path = FindTrainerStateDir(checkpoint_dir) + "/" +
+                           OptimizerShardFileName(comm.rank(), comm.world_size());
   if (!std::filesystem::exists(path)) {
     return absl::FailedPreconditionError(absl::StrCat(
         checkpoint_dir, " has no optimizer shard for rank ", comm.rank(), " of ", comm.world_size(),

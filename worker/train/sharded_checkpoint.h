@@ -1,5 +1,5 @@
 // Checkpoints of a ZeRO-2 run: the directory layout of checkpoint.h, except
-// that the optimizer state is one file per rank,
+// that the optimizer state is one file per rank, in trainer_state/,
 //   optimizer-rank-00001-of-00004.safetensors  "exp_avg.<group>", "exp_avg_sq.<group>"
 //                                              (+ "master.<group>", see checkpoint.h)
 // holding that rank's shard of every parameter group. Rank 0 prepares the

@@ -18,6 +18,7 @@
 #include "worker/model/model_io.h"
 #include "worker/model/safetensors.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/checkpoint_layout.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/trainer.h"
 
@@ -100,7 +101,8 @@ TEST_P(Zero2LoraTest, RanksReachTheAdaptersOfOneWorker) {
   for (int r = 0; r < c.world_size; ++r) {
     char name[64];
     std::snprintf(name, sizeof(name), "/optimizer-rank-%05d-of-%05d.safetensors", r, c.world_size);
-    EXPECT_TRUE(fs::exists(CheckpointPath(sharded.checkpoint.dir, 3) + name)) << name;
+    EXPECT_TRUE(fs::exists(TrainerStateDir(CheckpointPath(sharded.checkpoint.dir, 3)) + name))
+        << name;
   }
 }
 

@@ -21,6 +21,7 @@
 #include "worker/engine/lora_store.h"
 #include "worker/model/file_util.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/checkpoint_layout.h"
 #include "worker/train/sharded_checkpoint.h"
 #include "worker/train/trainer.h"
 
@@ -28,6 +29,11 @@ namespace sbp {
 namespace {
 
 namespace fs = std::filesystem;
+
+// `name` inside a checkpoint's trainer_state/.
+std::string StateFile(const std::string& name) {
+  return std::string(kTrainerStateDir) + "/" + name;
+}
 
 struct Case {
   const char* name;
@@ -88,7 +94,8 @@ TEST_P(Zero2OffloadTest, TrainsBitForBitLikeShardsOnTheDevice) {
   }
   const std::string a = CheckpointPath(runs[0].checkpoint.dir, 4);
   const std::string b = CheckpointPath(runs[1].checkpoint.dir, 4);
-  std::vector<std::string> files = {OptimizerShardFileName(0, 2), OptimizerShardFileName(1, 2)};
+  std::vector<std::string> files = {StateFile(OptimizerShardFileName(0, 2)),
+                                    StateFile(OptimizerShardFileName(1, 2))};
   files.push_back(c.lora ? "adapter_model.safetensors" : "model.safetensors");
   for (const std::string& file : files) {
     const std::string x = ReadFile(a + "/" + file), y = ReadFile(b + "/" + file);
@@ -121,8 +128,9 @@ TEST_F(Zero2OffloadRunTest, ResumeIsBitIdentical) {
   ASSERT_TRUE(RunTwoRanks(interrupted, false));
   const std::string a = CheckpointPath(straight.checkpoint.dir, 6);
   const std::string b = CheckpointPath(interrupted.checkpoint.dir, 6);
-  for (const std::string& file : {OptimizerShardFileName(0, 2), OptimizerShardFileName(1, 2),
-                                  std::string("model.safetensors")}) {
+  for (const std::string& file :
+       {StateFile(OptimizerShardFileName(0, 2)), StateFile(OptimizerShardFileName(1, 2)),
+        std::string("model.safetensors")}) {
     EXPECT_TRUE(ReadFile(a + "/" + file) == ReadFile(b + "/" + file)) << file << " differs";
   }
 }

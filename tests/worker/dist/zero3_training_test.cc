@@ -23,6 +23,7 @@
 #include "worker/dist/connect.h"
 #include "worker/model/model_io.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/checkpoint_layout.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/sharded_checkpoint.h"
 #include "worker/train/trainer.h"
@@ -125,7 +126,8 @@ class Zero3TrainingTest : public ::testing::TestWithParam<Case> {
     const std::string y = CheckpointPath(b.checkpoint.dir, step);
     std::vector<std::string> files = {"model.safetensors"};
     for (int r = 0; r < a.resources.world_size; ++r) {
-      files.push_back(OptimizerShardFileName(r, static_cast<int>(a.resources.world_size)));
+      files.push_back(std::string(kTrainerStateDir) + "/" +
+                      OptimizerShardFileName(r, static_cast<int>(a.resources.world_size)));
     }
     for (const std::string& file : files) {
       const std::string left = ReadFile(x + "/" + file), right = ReadFile(y + "/" + file);

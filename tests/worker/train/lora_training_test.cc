@@ -47,7 +47,7 @@ TEST_F(LoraTrainingTest, LearnsAndSavesAPeftAdapter) {
 
   const std::string dir = CheckpointPath(spec.checkpoint.dir, spec.train.steps);
   EXPECT_TRUE(fs::exists(dir + "/adapter_model.safetensors"));
-  EXPECT_TRUE(fs::exists(dir + "/trainer_state.json"));
+  EXPECT_TRUE(fs::exists(TrainerStateDir(dir) + "/trainer_state.json"));
   EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
   std::ifstream in(dir + "/adapter_config.json");
   const nlohmann::json config = nlohmann::json::parse(in);

@@ -60,8 +60,10 @@ TEST_F(MixedPrecisionTest, SeparateMastersTrainBitForBitLikeSharedOnes) {
   // The masters travel with the checkpoint when they are kept apart, and
   // are the model file itself otherwise (an f32 model).
   const std::string optimizer = "/optimizer.safetensors";
-  EXPECT_FALSE(MasterNames(CheckpointPath(separate.checkpoint.dir, 12) + optimizer).empty());
-  EXPECT_TRUE(MasterNames(CheckpointPath(shared.checkpoint.dir, 12) + optimizer).empty());
+  EXPECT_FALSE(MasterNames(TrainerStateDir(CheckpointPath(separate.checkpoint.dir, 12)) + optimizer)
+                   .empty());
+  EXPECT_TRUE(
+      MasterNames(TrainerStateDir(CheckpointPath(shared.checkpoint.dir, 12)) + optimizer).empty());
 }
 
 TEST_F(MixedPrecisionTest, SeparateMastersResumeBitForBit) {
@@ -74,8 +76,8 @@ TEST_F(MixedPrecisionTest, SeparateMastersResumeBitForBit) {
   auto resumed = RunTraining(interrupted, SeparateMasters(), nullptr);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->first_step, 8);
-  EXPECT_EQ(FinalFile(straight, "optimizer.safetensors"),
-            FinalFile(interrupted, "optimizer.safetensors"));
+  EXPECT_EQ(FinalStateFile(straight, "optimizer.safetensors"),
+            FinalStateFile(interrupted, "optimizer.safetensors"));
   ExpectSameCurves(straight, interrupted);
 }
 
@@ -91,7 +93,7 @@ TEST_F(MixedPrecisionTest, Bf16ModelFilesKeepTheirDtypeAndTheirMasters) {
   auto model = SafetensorsFile::Open(last + "/model.safetensors");
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(*model->dtype("model.embed_tokens.weight"), SafetensorsDType::kBF16);
-  EXPECT_FALSE(MasterNames(last + "/optimizer.safetensors").empty());
+  EXPECT_FALSE(MasterNames(TrainerStateDir(last) + "/optimizer.safetensors").empty());
 
   JobSpec interrupted = Spec("bf16-interrupted");
   interrupted.model = straight.model;
@@ -99,8 +101,8 @@ TEST_F(MixedPrecisionTest, Bf16ModelFilesKeepTheirDtypeAndTheirMasters) {
   stop.stop_after_step = 7;
   ASSERT_TRUE(RunTraining(interrupted, stop, nullptr).ok());
   ASSERT_TRUE(RunTraining(interrupted, {}, nullptr).ok());
-  EXPECT_EQ(FinalFile(straight, "optimizer.safetensors"),
-            FinalFile(interrupted, "optimizer.safetensors"));
+  EXPECT_EQ(FinalStateFile(straight, "optimizer.safetensors"),
+            FinalStateFile(interrupted, "optimizer.safetensors"));
   ExpectSameCurves(straight, interrupted);
 }
 
@@ -141,8 +143,8 @@ TEST_F(MixedPrecisionTest, Zero2MasterShardsMatchSharedMasters) {
                                       "final weights", 2);
   ASSERT_TRUE(weights.ok()) << weights.status();
   for (int rank = 0; rank < 2; ++rank) {
-    auto file = SafetensorsFile::Open(CheckpointPath(separate.checkpoint.dir, 4) + "/" +
-                                      OptimizerShardFileName(rank, 2));
+    auto file = SafetensorsFile::Open(TrainerStateDir(CheckpointPath(separate.checkpoint.dir, 4)) +
+                                      "/" + OptimizerShardFileName(rank, 2));
     ASSERT_TRUE(file.ok()) << file.status();
     for (const ParameterGroup& group : weights->groups()) {
       const int64_t shard = group.flat.numel() / 2;

@@ -48,9 +48,11 @@ class OptimizerOffloadTest : public train_testing::TrainerFixture {
   // run) is byte for byte the same.
   static void ExpectSameCheckpoint(const std::string& a, const std::string& b) {
     std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(a)) {
-      const std::string name = entry.path().filename().string();
-      if (name != "trainer_state.json") names.push_back(name);
+    for (const auto& entry : fs::recursive_directory_iterator(a)) {
+      const std::string name = fs::relative(entry.path(), a).string();
+      if (entry.is_regular_file() && entry.path().filename() != kTrainerStateFile) {
+        names.push_back(name);
+      }
     }
     ASSERT_FALSE(names.empty()) << a;
     for (const std::string& name : names) {
@@ -102,7 +104,8 @@ TEST_P(OffloadBatchingTest, TrainsBitForBitLikeTheDevice) {
   ExpectSameCheckpoint(Final(runs[0]), Final(runs[1]));
   ExpectSameCurves(runs[0], runs[1]);
   // The masters travel with the checkpoint exactly when the run keeps them apart.
-  const std::string optimizer = ReadFile(Final(runs[1]) + "/optimizer.safetensors");
+  const std::string optimizer =
+      ReadFile(TrainerStateDir(Final(runs[1])) + "/optimizer.safetensors");
   EXPECT_EQ(optimizer.find(kMasterPrefix) != std::string::npos, b.separate_master);
 }
 
@@ -348,8 +351,8 @@ TEST_F(OptimizerOffloadTest, Bf16ComputeCopyIsTheRoundedMasters) {
     state.step = 3;
     ASSERT_TRUE(runs[k].state->Save(CheckpointSink{dirs[k], 0, {}, ""}, state, 0).ok());
   }
-  EXPECT_TRUE(ReadFile(CheckpointPath(dirs[0], 3) + "/optimizer.safetensors") ==
-              ReadFile(CheckpointPath(dirs[1], 3) + "/optimizer.safetensors"));
+  EXPECT_TRUE(ReadFile(TrainerStateDir(CheckpointPath(dirs[0], 3)) + "/optimizer.safetensors") ==
+              ReadFile(TrainerStateDir(CheckpointPath(dirs[1], 3)) + "/optimizer.safetensors"));
 }
 
 // ---- the state on its own: tied embeddings, several passes per step ------------

@@ -15,6 +15,7 @@
 #include "worker/model/file_util.h"
 #include "worker/model/model_io.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/checkpoint_layout.h"
 #include "worker/train/dataset.h"
 #include "worker/train/job_spec.h"
 #include "worker/train/token_shards.h"
@@ -89,6 +90,10 @@ class TrainerFixture : public ::testing::Test {
         ReadFileToString(CheckpointPath(spec.checkpoint.dir, spec.train.steps) + "/" + name);
     EXPECT_TRUE(bytes.ok()) << bytes.status();
     return bytes.ok() ? *bytes : "";
+  }
+  // A file of its trainer_state/ (optimizer.safetensors, ...), as bytes.
+  static std::string FinalStateFile(const JobSpec& spec, const std::string& name) {
+    return FinalFile(spec, std::string(kTrainerStateDir) + "/" + name);
   }
 
   // ten.jsonl and the same examples as ten.shard: ten prompt/completion

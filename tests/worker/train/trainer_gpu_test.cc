@@ -102,8 +102,8 @@ TEST_F(TrainerGpuTest, ABf16ResumeIsBitIdentical) {
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->first_step, 8);
   EXPECT_EQ(FinalWeights(straight), FinalWeights(interrupted));
-  EXPECT_EQ(FinalFile(straight, "optimizer.safetensors"),
-            FinalFile(interrupted, "optimizer.safetensors"));
+  EXPECT_EQ(FinalStateFile(straight, "optimizer.safetensors"),
+            FinalStateFile(interrupted, "optimizer.safetensors"));
   const auto a = Metrics(straight), b = Metrics(interrupted);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << "step " << i + 1;
