@@ -142,6 +142,26 @@ absl::Status CoordinatorClient::Watch(const std::string& id,
   return FromGrpcStatus(reader->Finish());
 }
 
+absl::Status CoordinatorClient::StreamOutput(
+    Output kind, const v1::JobOutputRequest& request,
+    const std::function<bool(const v1::JobOutputChunk&)>& on_chunk) {
+  grpc::ClientContext context;
+  if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);
+  std::unique_ptr<grpc::ClientReader<v1::JobOutputChunk>> reader =
+      kind == Output::kMetrics ? stub_->Metrics(&context, request) : stub_->Logs(&context, request);
+  v1::JobOutputChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (!on_chunk(chunk)) {
+      context.TryCancel();
+      while (reader->Read(&chunk)) {
+      }
+      (void)reader->Finish();
+      return absl::OkStatus();
+    }
+  }
+  return FromGrpcStatus(reader->Finish());
+}
+
 std::string NewRequestId() {
   std::random_device device;
   std::mt19937_64 rng((static_cast<uint64_t>(device()) << 32) ^ device());

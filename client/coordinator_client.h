@@ -48,6 +48,14 @@ class CoordinatorClient {
   // job is terminal (OK), `on_update` returns false (OK) or the stream fails.
   absl::Status Watch(const std::string& id,
                      const std::function<bool(const streambp::v1::Job&)>& on_update);
+  // A job's metrics or log lines (JobService.Metrics / Logs, job_output.proto):
+  // `on_chunk` gets each message until the stream ends (OK), `on_chunk`
+  // returns false (OK) or the stream fails. client/metrics_client.h reads
+  // on from the last cursor after a failure.
+  enum class Output { kMetrics, kLogs };
+  absl::Status StreamOutput(
+      Output kind, const streambp::v1::JobOutputRequest& request,
+      const std::function<bool(const streambp::v1::JobOutputChunk&)>& on_chunk);
 
   const std::string& address() const { return address_; }
 

@@ -8,13 +8,17 @@
 #include "client/cli_common.h"
 #include "client/coordinator_client.h"
 #include "client/data_command.h"
+#include "client/export_command.h"
 #include "client/generate_command.h"
 #include "client/grad_command.h"
 #include "client/health_command.h"
 #include "client/job_commands.h"
 #include "client/lora_command.h"
+#include "client/metrics_client.h"
 #include "client/model_command.h"
+#include "client/output_commands.h"
 #include "client/plan_command.h"
+#include "client/plot_command.h"
 #include "client/run_command.h"
 #include "client/train_command.h"
 #include "common/version.h"
@@ -44,6 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", global.tls_ca, "PEM roots: connect to the coordinator with TLS");
   int exit_code = sbp::cli::kExitOk;
   sbp::cli::AddJobCommands(app, &global, &exit_code);
+  sbp::cli::AddOutputCommands(app, &global, &exit_code);
   sbp::cli::AddHealthCommand(app, &global, &exit_code);
   sbp::cli::AddRunCommand(app, &exit_code);
   sbp::cli::AddModelCommand(app, &exit_code);
@@ -54,6 +59,8 @@ int main(int argc, char** argv) {
   sbp::cli::AddTrainCommand(app, &exit_code);
   sbp::cli::AddDataCommand(app, &exit_code);
   sbp::cli::AddLoraCommand(app, &exit_code);
+  sbp::cli::AddPlotCommand(app, &exit_code, sbp::cli::CoordinatorMetricsSource(&global));
+  sbp::cli::AddExportCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,8 @@ find_package(GTest REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(yaml-cpp REQUIRED)
+# `sbp plot` writes its charts as PNG files (libpng-dev).
+find_package(PNG REQUIRED)
 
 # OpenBLAS, the OpenMP build, by its own path. Debian installs each variant in
 # /usr/lib/<multiarch>/openblas-<variant>/ and points the shared

@@ -27,6 +27,8 @@ std::atomic<int>& Threshold() {
   return level;
 }
 
+thread_local LogSink* t_sink = nullptr;
+
 const char* Basename(const char* path) {
   const char* slash = std::strrchr(path, '/');
   return slash ? slash + 1 : path;
@@ -37,6 +39,9 @@ const char* Basename(const char* path) {
 void SetLogLevel(LogLevel level) { Threshold() = static_cast<int>(level); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(Threshold().load()); }
 
+ScopedLogSink::ScopedLogSink(LogSink* sink) : previous_(t_sink) { t_sink = sink; }
+ScopedLogSink::~ScopedLogSink() { t_sink = previous_; }
+
 namespace internal {
 
 LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level) {
@@ -44,8 +49,7 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   const auto now = Clock::now();
   const std::time_t seconds = Clock::to_time_t(now);
   const int millis = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() %
-      1000);
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm_utc{};
   gmtime_r(&seconds, &tm_utc);
   char stamp[32];
@@ -58,11 +62,14 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
 
 LogMessage::~LogMessage() {
   stream_ << '\n';
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
   const std::string text = stream_.str();
-  std::fwrite(text.data(), 1, text.size(), stderr);
-  if (level_ >= LogLevel::kWarning) std::fflush(stderr);
+  {
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    if (level_ >= LogLevel::kWarning) std::fflush(stderr);
+  }
+  if (t_sink != nullptr) t_sink->Send(level_, text.substr(0, text.size() - 1));
 }
 
 }  // namespace internal

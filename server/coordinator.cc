@@ -297,6 +297,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         "max_message_bytes: must be at least 65536 (got ", options.max_message_bytes, ")"));
   }
   ASSIGN_OR_RETURN(RpcLimits limits, options.limits.Resolved());
+  RETURN_IF_ERROR(CheckOutputCaps(options.metrics_caps, OutputKind::kMetrics));
+  RETURN_IF_ERROR(CheckOutputCaps(options.log_caps, OutputKind::kLogs));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   ASSIGN_OR_RETURN(impl->identities, OpenIdentities(options));
@@ -317,6 +319,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   manager_options.max_finished_per_user = options.max_finished_per_user;
   manager_options.retention_interval = options.retention_interval;
   manager_options.max_spec_bytes_per_user = options.max_spec_bytes_per_user;
+  manager_options.metrics_caps = options.metrics_caps;
+  manager_options.log_caps = options.log_caps;
   ASSIGN_OR_RETURN(impl->manager,
                    JobManager::Create(impl->store.get(), impl->metrics.get(), impl->hub.get(),
                                       impl->rendezvous.get(), manager_options));

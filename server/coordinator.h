@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "prometheus/registry.h"
+#include "server/job_output.h"
 #include "server/rpc_guard.h"
 
 namespace sbp::server {
@@ -51,6 +52,10 @@ struct CoordinatorOptions {
   RpcLimits limits;
   int max_streams_per_connection = 100;
   int max_message_bytes = 4 << 20;
+  // What is kept of each attempt and rank's metrics and log lines
+  // (server/job_output.h).
+  OutputCaps metrics_caps = kDefaultMetricsCaps;
+  OutputCaps log_caps = kDefaultLogCaps;
 };
 
 class Coordinator {

@@ -27,8 +27,10 @@
 #include "absl/time/time.h"
 #include "server/admission.h"
 #include "server/identity.h"
+#include "server/job_output.h"
 #include "server/job_state.h"
 #include "server/metrics.h"
+#include "server/output_hub.h"
 #include "server/pending_index.h"
 #include "server/records.h"
 #include "server/rendezvous.h"
@@ -77,6 +79,10 @@ struct JobManagerOptions {
   // The specs (YAML and JSON) one user may have stored, counted at submit
   // (0: no limit): a submit past it is RESOURCE_EXHAUSTED.
   int64_t max_spec_bytes_per_user = 0;
+  // What the coordinator keeps of each attempt and rank's metrics and log
+  // lines (server/job_output.h).
+  OutputCaps metrics_caps = kDefaultMetricsCaps;
+  OutputCaps log_caps = kDefaultLogCaps;
 };
 
 struct SubmitResult {
@@ -170,6 +176,18 @@ enum class Outcome {
   kPreempted = 4
 };
 
+// A batch of one rank's output lines (AppendOutputRequest).
+struct OutputReport {
+  std::string worker_id;
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int64_t metrics_first = 0;
+  std::vector<std::string> metrics_lines;
+  int64_t logs_first = 0;
+  std::vector<std::string> log_lines;
+};
+
 struct FinishReport {
   std::string worker_id;
   std::string job_id;
@@ -233,6 +251,14 @@ class JobManager {
   // `caller`, holds a rank in it.
   absl::Status CheckRendezvousScope(const std::string& scope, const std::string& worker_id,
                                     const Identity& caller);
+
+  // A job's output (job_manager_output.cc, server/job_output.h). A worker
+  // appends the lines of a rank it holds (ABORTED otherwise); the job's
+  // owner or an admin reads them (anyone else: NOT_FOUND, as Get). Appends
+  // are announced on output_hub() after they commit.
+  absl::Status AppendOutput(const OutputReport& report);
+  absl::StatusOr<OutputPage> ReadOutput(const Identity& caller, const OutputQuery& query);
+  OutputHub& output_hub() { return output_hub_; }
 
   // Expires leases, fails stalled attempts, runs the scheduler on its timer
   // and refreshes gauges. Called by the monitor thread.
@@ -371,6 +397,7 @@ class JobManager {
   WatchHub* const hub_;
   RendezvousStore* const rendezvous_;
   const JobManagerOptions options_;
+  OutputHub output_hub_;
 
   absl::Mutex mu_;
   absl::CondVar assigned_;  // signalled when the scheduler places jobs

@@ -236,7 +236,11 @@ void JobServiceImpl::WatchFanout::Run() {
 }
 
 JobServiceImpl::JobServiceImpl(JobManager* manager, WatchHub* hub, const RpcGuard* guard)
-    : manager_(manager), hub_(hub), guard_(guard), fanout_(std::make_unique<WatchFanout>()) {}
+    : manager_(manager),
+      hub_(hub),
+      guard_(guard),
+      fanout_(std::make_unique<WatchFanout>()),
+      output_streams_(std::make_unique<OutputStreams>(manager, hub, guard)) {}
 
 JobServiceImpl::~JobServiceImpl() = default;
 

@@ -7,14 +7,17 @@
 #include <memory>
 
 #include "server/job_manager.h"
+#include "server/job_output_stream.h"
 #include "server/rpc_guard.h"
 #include "server/watch_hub.h"
 #include "streambp/v1/jobs.grpc.pb.h"
 
 namespace sbp::server {
 
-class JobServiceImpl final
-    : public streambp::v1::JobService::WithCallbackMethod_Watch<streambp::v1::JobService::Service> {
+class JobServiceImpl final : public streambp::v1::JobService::WithCallbackMethod_Watch<
+                                 streambp::v1::JobService::WithCallbackMethod_Metrics<
+                                     streambp::v1::JobService::WithCallbackMethod_Logs<
+                                         streambp::v1::JobService::Service>>> {
  public:
   JobServiceImpl(JobManager* manager, WatchHub* hub, const RpcGuard* guard);
   ~JobServiceImpl() override;
@@ -36,6 +39,11 @@ class JobServiceImpl final
                            streambp::v1::ListWorkersResponse* response) override;
   grpc::Status WhoAmI(grpc::ServerContext* context, const streambp::v1::WhoAmIRequest* request,
                       streambp::v1::WhoAmIResponse* response) override;
+  // A job's metrics and log lines: callback streams (job_output_stream.cc).
+  grpc::ServerWriteReactor<streambp::v1::JobOutputChunk>* Metrics(
+      grpc::CallbackServerContext* context, const streambp::v1::JobOutputRequest* request) override;
+  grpc::ServerWriteReactor<streambp::v1::JobOutputChunk>* Logs(
+      grpc::CallbackServerContext* context, const streambp::v1::JobOutputRequest* request) override;
 
   class WatchFanout;  // moves Watch streams along (job_service.cc)
 
@@ -44,6 +52,7 @@ class JobServiceImpl final
   WatchHub* hub_;
   const RpcGuard* guard_;
   std::unique_ptr<WatchFanout> fanout_;
+  std::unique_ptr<OutputStreams> output_streams_;
 };
 
 }  // namespace sbp::server

@@ -19,6 +19,11 @@
 //   --max-reflection-streams N  of them server reflection (default 256)
 //   --max-streams-per-connection N  HTTP/2 streams per connection (default 100)
 //   --max-message-size SIZE     largest request accepted (default 4MiB)
+//   --max-metrics-lines N --max-metrics-bytes SIZE   metrics lines kept per attempt and
+//                               rank (default 100000, 64MiB; beyond: thinned)
+//   --max-log-lines N --max-log-bytes SIZE   log lines kept per attempt and rank
+//                               (default 100000, 16MiB; beyond: the oldest after the first
+//                               tenth are dropped)
 // SIGTERM or SIGINT shuts down gracefully. Exit codes: 0 clean stop, 1 could
 // not start, 2 bad flags or an unusable database (another coordinator holds
 // it, or its schema is newer than this build's).
@@ -30,6 +35,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "common/bearer_token.h"
@@ -152,6 +158,23 @@ int Run(int argc, char** argv) {
   app.add_option("--max-message-size", max_message_size,
                  "Largest request message accepted (e.g. 4MiB)")
       ->capture_default_str();
+  // What is kept of each attempt and rank's output (server/job_output.h).
+  app.add_option("--max-metrics-lines", options.metrics_caps.max_lines,
+                 "Metrics lines kept per attempt and rank; beyond, they are thinned evenly "
+                 "(every 2nd, 4th, ... line kept)")
+      ->capture_default_str();
+  std::string max_metrics_bytes = "64MiB";
+  app.add_option("--max-metrics-bytes", max_metrics_bytes,
+                 "Metrics bytes kept per attempt and rank (thinned beyond, as above)")
+      ->capture_default_str();
+  app.add_option("--max-log-lines", options.log_caps.max_lines,
+                 "Log lines kept per attempt and rank; beyond, the first tenth stays and the "
+                 "oldest of the rest are dropped")
+      ->capture_default_str();
+  std::string max_log_bytes = "16MiB";
+  app.add_option("--max-log-bytes", max_log_bytes,
+                 "Log bytes kept per attempt and rank (dropped beyond, as above)")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -189,6 +212,17 @@ int Run(int argc, char** argv) {
     return 2;
   }
   options.max_message_bytes = static_cast<int>(*message_bytes);
+  for (const auto& [flag, text, bytes] :
+       {std::tuple{"--max-metrics-bytes", &max_metrics_bytes, &options.metrics_caps.max_bytes},
+        std::tuple{"--max-log-bytes", &max_log_bytes, &options.log_caps.max_bytes}}) {
+    absl::StatusOr<int64_t> parsed = sbp::ParseByteSize(*text);
+    if (!parsed.ok()) {
+      std::cerr << "sbp-coordinator: " << flag << ": expected a size like 16MiB (got \"" << *text
+                << "\")\n";
+      return 2;
+    }
+    *bytes = *parsed;
+  }
   std::string error;
   if (!client_token_file.empty() && !ReadToken(client_token_file, &options.client_token, &error)) {
     std::cerr << "sbp-coordinator: --client-token-file: " << error << "\n";

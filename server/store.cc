@@ -133,6 +133,37 @@ ALTER TABLE jobs ADD COLUMN alternative_needs TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE workers ADD COLUMN host_memory_bytes INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE workers ADD COLUMN offload_disk_bytes INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // A job's output (server/job_output.h): metrics and log lines (kind 1,
+    // 2) by attempt and rank, with the worker's number of each line; the
+    // cursor orders a job's lines for streams and is never reused. Each
+    // rank's state: the next line number expected (retried batches are
+    // skipped), what is kept, what was dropped, the metrics' stride.
+    R"sql(
+CREATE TABLE job_output (
+  cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  kind INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  line_no INTEGER NOT NULL,
+  step INTEGER NOT NULL DEFAULT 0,
+  time_us INTEGER NOT NULL,
+  text TEXT NOT NULL
+);
+CREATE INDEX job_output_by_job ON job_output (job_id, kind, cursor);
+CREATE TABLE job_output_ranks (
+  job_id TEXT NOT NULL,
+  kind INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  next_line INTEGER NOT NULL DEFAULT 0,
+  lines INTEGER NOT NULL DEFAULT 0,
+  bytes INTEGER NOT NULL DEFAULT 0,
+  dropped INTEGER NOT NULL DEFAULT 0,
+  stride INTEGER NOT NULL DEFAULT 1,
+  PRIMARY KEY (job_id, kind, attempt, rank)
+) WITHOUT ROWID;
+)sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -692,8 +723,10 @@ absl::StatusOr<std::vector<Store::RemovedJob>> Store::RemoveEndedJobs(absl::Time
   }
   for (size_t i = 0; i < seqs.size(); ++i) {
     const std::string& id = removed[i].id;
-    for (const char* sql : {"DELETE FROM job_events WHERE job_id = ?1",
-                            "DELETE FROM assignments WHERE job_id = ?1"}) {
+    for (const char* sql :
+         {"DELETE FROM job_events WHERE job_id = ?1", "DELETE FROM assignments WHERE job_id = ?1",
+          "DELETE FROM job_output WHERE job_id = ?1",
+          "DELETE FROM job_output_ranks WHERE job_id = ?1"}) {
       ASSIGN_OR_RETURN(sqlite::Statement * d, Prepared(sql, "removing a job's history"));
       d->Bind(1, id);
       RETURN_IF_ERROR(d->Run());

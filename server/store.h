@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/job_output.h"
 #include "server/records.h"
 #include "server/sqlite.h"
 
@@ -26,7 +27,7 @@ namespace sbp::server {
 class Store {
  public:
   // The schema version this build writes.
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
 
   // Opens or creates the database at `path` (and its directory) and migrates
   // it to kSchemaVersion. FailedPrecondition naming the file when another
@@ -69,9 +70,9 @@ class Store {
   // Retention: removes up to `batch` jobs that ended (SUCCEEDED, FAILED,
   // CANCELLED) before `ended_before` (InfinitePast: none for its age) or
   // that lie beyond the newest `keep_per_owner` ended jobs of their owner
-  // (0: no count limit), with their specs, events and assignments, in one
-  // transaction. Returns each removed job's owner, state and spec bytes. Only rows:
-  // run directories are never touched.
+  // (0: no count limit), with their specs, events, assignments and output
+  // lines, in one transaction. Returns each removed job's owner, state and
+  // spec bytes. Only rows: run directories are never touched.
   struct RemovedJob {
     std::string id, owner;
     JobState state = JobState::kUnspecified;
@@ -97,6 +98,19 @@ class Store {
   absl::Status UpsertWorker(const WorkerRecord& worker);
   absl::StatusOr<std::vector<WorkerRecord>> ListWorkers();
 
+  // A job's output: metrics and log lines per attempt and rank
+  // (store_output.cc, server/job_output.h). AppendOutput stores the batches
+  // in one transaction, skipping lines already stored (a retried batch) and
+  // enforcing `caps` of each batch's kind; ReadOutput reads up to
+  // query.limit lines (and about kOutputPageBytes) after query.after_cursor,
+  // oldest first. Retention removes them with their job.
+  absl::Status AppendOutput(const std::vector<OutputBatch>& batches, const OutputCaps& metrics_caps,
+                            const OutputCaps& log_caps, absl::Time now);
+  absl::StatusOr<OutputPage> ReadOutput(const OutputQuery& query);
+  // By attempt, then rank; `attempt` 0: every attempt.
+  absl::StatusOr<std::vector<OutputSummary>> OutputSummaries(absl::string_view job_id,
+                                                             OutputKind kind, int attempt);
+
  private:
   Store(std::unique_ptr<sqlite::Database> db, int lock_fd)
       : db_(std::move(db)), lock_fd_(lock_fd) {}
@@ -105,6 +119,13 @@ class Store {
   // A cached prepared statement for `sql`, reset and ready to bind.
   absl::StatusOr<sqlite::Statement*> Prepared(absl::string_view sql, absl::string_view what);
   absl::StatusOr<std::vector<JobRecord>> QueryJobs(sqlite::Statement& stmt, bool with_spec);
+  // store_output.cc: the stored state of one rank's lines, and shrinking
+  // them back under the caps.
+  absl::StatusOr<OutputSummary> LoadOutputSummary(const OutputBatch& batch);
+  absl::Status SaveOutputSummary(const OutputBatch& batch, const OutputSummary& summary);
+  absl::Status ShrinkOutput(const OutputBatch& batch, const OutputCaps& caps,
+                            OutputSummary& summary);
+  absl::Status CountOutput(const OutputBatch& batch, OutputSummary& summary);
 
   std::unique_ptr<sqlite::Database> db_;
   int lock_fd_ = -1;

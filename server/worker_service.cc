@@ -15,6 +15,7 @@ constexpr char kHeartbeat[] = "streambp.v1.WorkerService/Heartbeat";
 constexpr char kGetAssignment[] = "streambp.v1.WorkerService/GetAssignment";
 constexpr char kReportProgress[] = "streambp.v1.WorkerService/ReportProgress";
 constexpr char kFinish[] = "streambp.v1.WorkerService/Finish";
+constexpr char kAppendOutput[] = "streambp.v1.WorkerService/AppendOutput";
 
 absl::Status Required(const std::string& value, absl::string_view field) {
   if (!value.empty()) return absl::OkStatus();
@@ -148,6 +149,27 @@ grpc::Status WorkerServiceImpl::Finish(grpc::ServerContext* context,
     report.message = request->message();
     return manager_->Finish(report);
   });
+}
+
+grpc::Status WorkerServiceImpl::AppendOutput(grpc::ServerContext* context,
+                                             const v1::AppendOutputRequest* request,
+                                             v1::AppendOutputResponse* response) {
+  return guard_->Run(
+      *context, Role::kWorker, kAppendOutput, [&](const Identity& caller) -> absl::Status {
+        RETURN_IF_ERROR(manager_->CheckWorkerIdentity(request->worker_id(), caller));
+        if (absl::Status s = Required(request->worker_id(), "worker_id"); !s.ok()) return s;
+        OutputReport report;
+        report.worker_id = request->worker_id();
+        report.job_id = request->job_id();
+        report.attempt = request->attempt();
+        report.rank = request->rank();
+        report.metrics_first = request->metrics_first();
+        report.metrics_lines.assign(request->metrics_lines().begin(),
+                                    request->metrics_lines().end());
+        report.logs_first = request->logs_first();
+        report.log_lines.assign(request->log_lines().begin(), request->log_lines().end());
+        return manager_->AppendOutput(report);
+      });
 }
 
 }  // namespace sbp::server

@@ -27,6 +27,9 @@ class WorkerServiceImpl final : public streambp::v1::WorkerService::Service {
                               streambp::v1::ReportProgressResponse* response) override;
   grpc::Status Finish(grpc::ServerContext* context, const streambp::v1::FinishRequest* request,
                       streambp::v1::FinishResponse* response) override;
+  grpc::Status AppendOutput(grpc::ServerContext* context,
+                            const streambp::v1::AppendOutputRequest* request,
+                            streambp::v1::AppendOutputResponse* response) override;
 
  private:
   JobManager* manager_;

@@ -2,10 +2,12 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "common/failure_kind.h"
@@ -88,6 +90,10 @@ class WorkerAgent::Observer final : public TrainingObserver {
       absl::StrAppend(&message, ", memory budget ", FormatByteSize(start.capacity_bytes));
     }
     reporter_->PostMessage(message);
+    // The job's log (sbp logs) starts with it, and has a line every
+    // log_every_steps steps.
+    LOG(INFO) << "job " << assignment_.job_id() << ": " << message;
+    log_every_steps_ = std::max<int64_t>(1, spec.log_every_steps);
     if (resumed_step > 0) {  // where the run stands before its first step
       v1::JobProgress progress;
       progress.set_step(resumed_step);
@@ -105,12 +111,26 @@ class WorkerAgent::Observer final : public TrainingObserver {
     *progress.mutable_updated_at() = google::protobuf::util::TimeUtil::GetCurrentTime();
     reporter_->PostProgress(progress);
     agent_->metrics_->OnStep(assignment_.job_id(), report);
+    // Rank 0's metrics.jsonl line, as the trainer just wrote it.
+    if (agent_->output_ != nullptr && assignment_.rank() == 0) {
+      agent_->output_->PostMetrics(report.ToJson().dump());
+    }
+    if (assignment_.rank() == 0 &&
+        (report.step % log_every_steps_ == 0 || report.step == report.total_steps)) {
+      LOG(INFO) << "job " << assignment_.job_id() << ": step " << report.step << "/"
+                << report.total_steps << " loss " << report.loss << " lr " << report.lr
+                << " tokens/s " << static_cast<int64_t>(report.tokens_per_second) << " peak "
+                << FormatByteSize(report.peak_bytes);
+    }
     agent_->current_bytes_ = report.current_bytes;
     agent_->peak_bytes_ = report.peak_bytes;
   }
 
   void OnCheckpoint(int64_t step, const std::string& path) override {
     reporter_->PostCheckpoint(path);
+    if (assignment_.rank() == 0) {
+      LOG(INFO) << "job " << assignment_.job_id() << ": checkpoint " << path << " at step " << step;
+    }
   }
 
   bool StopRequested() override {
@@ -133,6 +153,7 @@ class WorkerAgent::Observer final : public TrainingObserver {
   ProgressReporter* reporter_;
   Clock::time_point start_ = Clock::now();
   int64_t first_step_ = 1;
+  int64_t log_every_steps_ = 1;
 };
 
 WorkerAgent::WorkerAgent(AgentOptions options) : options_(std::move(options)) {}
@@ -497,7 +518,27 @@ absl::StatusOr<bool> WorkerAgent::SendProgress(const v1::Assignment& assignment,
   return response.cancel_requested();
 }
 
+absl::Status WorkerAgent::SendOutput(const v1::Assignment& assignment,
+                                     const OutputShipper::Batch& batch) {
+  v1::AppendOutputRequest request;
+  request.set_worker_id(worker_id());
+  request.set_job_id(assignment.job_id());
+  request.set_attempt(assignment.attempt());
+  request.set_rank(assignment.rank());
+  request.set_metrics_first(batch.metrics_first);
+  for (const std::string& line : batch.metrics) request.add_metrics_lines(line);
+  request.set_logs_first(batch.logs_first);
+  for (const std::string& line : batch.logs) request.add_log_lines(line);
+  grpc::ClientContext context;
+  PrepareContext(context, options_.token, kCallTimeout);
+  v1::AppendOutputResponse response;
+  return FromGrpcStatus(stub_->AppendOutput(&context, request, &response));
+}
+
 void WorkerAgent::SendFinish(const v1::FinishRequest& request) {
+  // The job's output reaches the coordinator before its outcome, so that
+  // whoever follows it has every line once the job has ended.
+  if (output_ != nullptr) output_->Flush(stopping() ? absl::Seconds(5) : absl::Seconds(30));
   Backoff backoff;
   const auto start = Clock::now();
   int reregistrations = 3;
@@ -535,6 +576,18 @@ void WorkerAgent::SendFinish(const v1::FinishRequest& request) {
 }
 
 void WorkerAgent::RunAssignment(const v1::Assignment& assignment) {
+  // The job's output goes to the coordinator too (sbp metrics, sbp logs):
+  // its metrics lines, and every line logged on this thread while it runs
+  // the job (no other job's: each job runs on its worker's own thread).
+  OutputShipper output([this, &assignment](const OutputShipper::Batch& batch) {
+    return SendOutput(assignment, batch);
+  });
+  ScopedLogSink capture(&output);
+  output_ = &output;
+  absl::Cleanup forget = [this, &output] {
+    output_ = nullptr;
+    output.Flush(stopping() ? absl::Seconds(2) : absl::Seconds(10));
+  };
   LOG(INFO) << "running job " << assignment.job_id() << " attempt " << assignment.attempt()
             << " (rank " << assignment.rank() << " of " << assignment.world_size() << ")";
   v1::FinishRequest finish;

@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/dtype.h"
 #include "streambp/v1/workers.grpc.pb.h"
+#include "worker/agent/output_shipper.h"
 #include "worker/agent/worker_metrics.h"
 
 namespace sbp {
@@ -130,11 +131,17 @@ class WorkerAgent {
   absl::StatusOr<bool> SendProgress(const streambp::v1::Assignment& assignment,
                                     const ProgressUpdate& update);
   void SendFinish(const streambp::v1::FinishRequest& request);
+  // One batch of the running job's output (AppendOutput).
+  absl::Status SendOutput(const streambp::v1::Assignment& assignment,
+                          const OutputShipper::Batch& batch);
 
   AgentOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<streambp::v1::WorkerService::Stub> stub_;
   std::unique_ptr<WorkerMetrics> metrics_;
+  // The running job's output (sbp logs, sbp metrics); set and read only on
+  // the thread that runs assignments.
+  OutputShipper* output_ = nullptr;
 
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> current_bytes_{0};

@@ -334,10 +334,11 @@ TEST_F(WorkerAgentTest, ServesWorkerMetrics) {
   for (const char* name :
        {"sbp_worker_memory_peak_bytes", "sbp_worker_memory_current_bytes",
         "sbp_worker_memory_capacity_bytes 1073741824",
-        "sbp_train_tokens_total{job=\"job-metrics\"}",
-        "sbp_train_tokens_per_second{job=\"job-metrics\"}",
-        "sbp_train_step_seconds_bucket{job=\"job-metrics\"", "sbp_train_loss{job=\"job-metrics\"}",
-        "sbp_train_mfu_ratio{job=\"job-metrics\"}", "sbp_train_step{job=\"job-metrics\"} 3"}) {
+        "sbp_train_tokens_total{job_id=\"job-metrics\"}",
+        "sbp_train_tokens_per_second{job_id=\"job-metrics\"}",
+        "sbp_train_step_seconds_bucket{job_id=\"job-metrics\"",
+        "sbp_train_loss{job_id=\"job-metrics\"}", "sbp_train_mfu_ratio{job_id=\"job-metrics\"}",
+        "sbp_train_step{job_id=\"job-metrics\"} 3"}) {
     EXPECT_NE(text.find(name), std::string::npos) << name << "\n" << text;
   }
   // An SFT job samples nothing online: no rollout series.
@@ -366,7 +367,7 @@ TEST(WorkerMetricsTest, RolloutSeriesOnlyForJobsThatSampleOnline) {
   sft.step_seconds = 0.5;
   (*metrics)->OnStep("job-sft", sft);
   std::string text = scrape();
-  EXPECT_GE(Sample(text, "sbp_train_step{job=\"job-sft\"}"), 1) << text;
+  EXPECT_GE(Sample(text, "sbp_train_step{job_id=\"job-sft\"}"), 1) << text;
   EXPECT_EQ(text.find("sbp_rollout_"), std::string::npos) << text;
   EXPECT_EQ(text.find("sbp_train_compute_seconds_total"), std::string::npos) << text;
 
@@ -389,7 +390,7 @@ TEST(WorkerMetricsTest, RolloutSeriesOnlyForJobsThatSampleOnline) {
   grpo.rollout.completion_length_max = 48;
   (*metrics)->OnStep("job-grpo", grpo);
   text = scrape();
-  const std::string job = "{job=\"job-grpo\"}";
+  const std::string job = "{job_id=\"job-grpo\"}";
   EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_reward_mean" + job), 0.75) << text;
   EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_reward_std" + job), 0.25) << text;
   EXPECT_DOUBLE_EQ(Sample(text, "sbp_rollout_completion_length_mean" + job), 37.5) << text;
