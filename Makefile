@@ -1,12 +1,19 @@
 # The two commands a new user needs (see README.md):
-#   make demo   bootstrap, build, then run the main job end to end on the CPU
-#   make test   bootstrap, build, then run the whole test suite through ctest
+#   make demo   bootstrap, build the three programs the demo runs (no tests; CUDA
+#               only when a GPU is visible), then run the main job end to end
+#   make test   bootstrap, build everything, then run the whole test suite through ctest
 BUILD_DIR ?= build
 SBP_CUDA ?= AUTO
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 
-.PHONY: demo test build bootstrap configure format format-check clean
+# The demo's programs, and its CUDA setting: AUTO (CUDA when nvcc is found)
+# only where a GPU is visible, else OFF, so that a CPU machine compiles no
+# CUDA objects for a CPU demo.
+DEMO_TARGETS = sbp sbp-coordinator sbp-worker
+DEMO_CUDA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
+
+.PHONY: demo demo-build test build bootstrap configure format format-check clean
 
 bootstrap:
 	@scripts/bootstrap
@@ -20,7 +27,11 @@ build: configure
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-demo: build
+demo-build: bootstrap
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DSBP_CUDA=$(DEMO_CUDA) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target $(DEMO_TARGETS)
+
+demo: demo-build
 	@scripts/demo $(BUILD_DIR)
 
 FORMAT_FILES = $(shell git ls-files '*.cc' '*.h' '*.cu' '*.cuh')

@@ -9,9 +9,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/progress.h"
+#include "client/proto_json.h"
 #include "client/table.h"
 #include "common/byte_size.h"
-#include "google/protobuf/util/json_util.h"
 #include "proto/device_kind.h"
 
 namespace sbp::cli {
@@ -104,15 +104,8 @@ bool IsTerminal(v1::JobState state) {
 }
 
 std::string ToJson(const google::protobuf::Message& message, bool pretty) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = pretty;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  const auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
-  if (!status.ok()) return "{}";
-  if (!pretty) out += '\n';
-  return out;
+  const nlohmann::json json = ProtoToJson(message);
+  return pretty ? json.dump(2) : json.dump() + "\n";
 }
 
 std::string Age(const google::protobuf::Timestamp& t) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "client/cli_common.h"
+#include "client/spec_overrides.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "kernels/compute_device.h"
@@ -21,6 +22,8 @@
 #include "worker/engine/offload/checkpoint_tier.h"
 #include "worker/engine/planner.h"
 #include "worker/model/model_config.h"
+#include "worker/train/job_plan.h"
+#include "worker/train/job_spec.h"
 
 namespace sbp::cli {
 namespace {
@@ -28,6 +31,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 struct PlanOptions {
+  std::string job;                     // a job spec: the request comes from it
+  std::vector<std::string> overrides;  // --set on the job spec
   std::string model, preset;
   int64_t seq_len = 0;
   bool max_seq_len = false;
@@ -101,6 +106,33 @@ struct Parsed {
   }
 };
 
+// The budgets and bandwidths from the flags: --memory, --host-memory,
+// --disk, --link-bandwidth, --disk-bandwidth.
+absl::Status ParseBudget(const PlanOptions& o, Parsed* p) {
+  if (!o.memory.empty()) {
+    ASSIGN_OR_RETURN(p->memory, ParseSize("--memory", o.memory, "80GiB"));
+  }
+  if (!o.host_memory.empty()) {
+    ASSIGN_OR_RETURN(p->host_memory, ParseSize("--host-memory", o.host_memory, "1.8TiB"));
+  }
+  if (!o.disk.empty()) {
+    ASSIGN_OR_RETURN(p->disk, ParseSize("--disk", o.disk, "3.5TB"));
+  }
+  ASSIGN_OR_RETURN(p->link_bandwidth, ParseBandwidth("--link-bandwidth", o.link_bandwidth));
+  ASSIGN_OR_RETURN(p->disk_bandwidth, ParseBandwidth("--disk-bandwidth", o.disk_bandwidth));
+  return absl::OkStatus();
+}
+
+// --safety-margin, or the device's default.
+absl::Status SetMargin(const PlanOptions& o, Parsed* p) {
+  p->margin = o.safety_margin >= 0 ? o.safety_margin : DefaultSafetyMargin(p->request.device);
+  if (p->margin >= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--safety-margin: must be in [0, 1) (got ", p->margin, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
   Parsed p;
   PlanRequest& r = p.request;
@@ -155,15 +187,7 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
   } else if (!o.lora_modules.empty()) {
     return absl::InvalidArgumentError("--lora-modules needs --lora-r");
   }
-  if (!o.memory.empty()) {
-    ASSIGN_OR_RETURN(p.memory, ParseSize("--memory", o.memory, "80GiB"));
-  }
-  if (!o.host_memory.empty()) {
-    ASSIGN_OR_RETURN(p.host_memory, ParseSize("--host-memory", o.host_memory, "1.8TiB"));
-  }
-  if (!o.disk.empty()) {
-    ASSIGN_OR_RETURN(p.disk, ParseSize("--disk", o.disk, "3.5TB"));
-  }
+  RETURN_IF_ERROR(ParseBudget(o, &p));
   const std::string checkpoints = !o.checkpoints.empty()            ? o.checkpoints
                                   : p.host_memory > 0 || p.disk > 0 ? "auto"
                                                                     : "device";
@@ -175,13 +199,37 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
   r.checkpoint_tier = p.tier.value_or(CheckpointTier::kDevice);
   r.optimizer_offload =
       o.optimizer_offload == "on" || (o.optimizer_offload == "auto" && p.host_memory > 0);
-  ASSIGN_OR_RETURN(p.link_bandwidth, ParseBandwidth("--link-bandwidth", o.link_bandwidth));
-  ASSIGN_OR_RETURN(p.disk_bandwidth, ParseBandwidth("--disk-bandwidth", o.disk_bandwidth));
-  p.margin = o.safety_margin >= 0 ? o.safety_margin : DefaultSafetyMargin(r.device);
-  if (p.margin >= 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--safety-margin: must be in [0, 1) (got ", p.margin, ")"));
+  RETURN_IF_ERROR(SetMargin(o, &p));
+  return p;
+}
+
+// The job spec's model: its config.json (a path as `sbp train` reads it), or
+// a preset of that name.
+absl::StatusOr<ModelConfig> JobModelConfig(const std::string& model) {
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(model + "/config.json");
+  if (config.ok() || config.status().code() != absl::StatusCode::kNotFound) return config;
+  if (absl::StatusOr<ModelConfig> preset = PresetConfig(model); preset.ok()) return preset;
+  return absl::Status(config.status().code(), absl::StrCat("model: ", config.status().message()));
+}
+
+// `sbp plan JOB.yaml`: the planner's request as admission and the trainer
+// make it from the spec (after --set), with the worker budget from the flags
+// or the spec's resources.memory.
+absl::StatusOr<Parsed> ParseJob(const PlanOptions& o) {
+  ASSIGN_OR_RETURN(const std::string text, ReadJobSpecWithOverrides(o.job, o.overrides));
+  ASSIGN_OR_RETURN(const JobSpec spec, ParseJobSpec(text, SpecSourceName(o.job, o.overrides)));
+  ASSIGN_OR_RETURN(const ModelConfig config, JobModelConfig(spec.model));
+  Parsed p;
+  p.request = PlanRequestForSpec(spec, config);
+  p.model_name = spec.model;
+  RETURN_IF_ERROR(ParseBudget(o, &p));
+  if (!p.memory.has_value() && spec.resources.memory_bytes > 0) {
+    p.memory = spec.resources.memory_bytes;
   }
+  p.tier = spec.streambp.offload.checkpoints;  // nullopt: auto, the fastest that fits
+  if (!p.tier.has_value() && p.host_memory == 0 && p.disk == 0) p.tier = CheckpointTier::kDevice;
+  p.request.checkpoint_tier = p.tier.value_or(CheckpointTier::kDevice);
+  RETURN_IF_ERROR(SetMargin(o, &p));
   return p;
 }
 
@@ -666,23 +714,46 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                    "disk read/write rate for the disk tier's estimate (5 GB/s: one NVMe drive)")
       ->capture_default_str();
   plan->add_option("-o,--output", o->output, "output format: json")->check(CLI::IsMember({"json"}));
-  plan->callback([o, exit_code, model, preset, seq_len, max_seq_len] {
-    if (model->count() + preset->count() != 1) {
-      throw CLI::ValidationError("one of --model or --preset is required");
-    }
-    if (seq_len->count() + max_seq_len->count() != 1) {
-      throw CLI::ValidationError("one of --seq-len or --max-seq-len is required");
-    }
+  plan->add_option("job", o->job,
+                   "a job spec: plan it as admission does (its model, seq_len, mode, chunks, "
+                   "precision, workers, LoRA, tiers); change it with --set");
+  AddSetOption(*plan, o->overrides);
+  plan->callback([o, plan, exit_code, model, preset, seq_len, max_seq_len] {
     PlanOptions options = *o;
-    if (options.max_seq_len) options.seq_len = 1;  // replaced per mode
-    absl::StatusOr<Parsed> parsed = Parse(options);
+    absl::StatusOr<Parsed> parsed;
+    std::string mode_flag = options.mode;
+    if (!options.job.empty()) {
+      // The job says what it is; only the budget and the output come from flags.
+      for (const char* flag :
+           {"--model", "--preset", "--seq-len", "--mode", "--chunk-tokens", "--logits-chunk-tokens",
+            "--precision", "--grad-precision", "--device", "--objective", "--world-size",
+            "--sequence-parallel", "--zero-stage", "--lora-r", "--lora-modules", "--packed-docs",
+            "--checkpoints", "--optimizer-offload", "--bp-only"}) {
+        if (plan->count(flag) > 0) {
+          throw CLI::ValidationError(absl::StrCat(flag, " comes from the job spec ", options.job,
+                                                  ": change it with --set KEY=VALUE"));
+        }
+      }
+      parsed = ParseJob(options);
+      if (parsed.ok()) mode_flag = std::string(BackwardModeName(parsed->request.mode));
+    } else {
+      if (!o->overrides.empty()) throw CLI::ValidationError("--set needs a job spec");
+      if (model->count() + preset->count() != 1) {
+        throw CLI::ValidationError("one of --model, --preset or a job spec is required");
+      }
+      if (seq_len->count() + max_seq_len->count() != 1) {
+        throw CLI::ValidationError("one of --seq-len or --max-seq-len is required");
+      }
+      if (options.max_seq_len) options.seq_len = 1;  // replaced per mode
+      parsed = Parse(options);
+    }
     if (!parsed.ok()) {
       *exit_code = ReportError("plan", parsed.status());
       return;
     }
     const bool json = options.output == "json";
     *exit_code =
-        options.max_seq_len ? RunMaxSeqLen(*parsed, options.mode, json) : RunOne(*parsed, json);
+        options.max_seq_len ? RunMaxSeqLen(*parsed, mode_flag, json) : RunOne(*parsed, json);
   });
 }
 

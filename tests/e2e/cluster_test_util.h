@@ -272,7 +272,7 @@ inline void ExpectRetryResumesAndCompletes(Cluster& c, const std::string& id, in
   const CommandResult watch = c.Sbp("watch " + id);
   EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
   const nlohmann::json final_job = c.GetJob(id);
-  EXPECT_EQ(final_job["state"], "JOB_STATE_SUCCEEDED") << final_job.dump(1) << c.Logs();
+  EXPECT_EQ(final_job["state"], "SUCCEEDED") << final_job.dump(1) << c.Logs();
   EXPECT_GE(final_job["attempt"], 2);
   EXPECT_EQ(Cluster::Int(final_job["progress"]["step"]), steps);
   const std::string events = c.Sbp("events " + id).out;

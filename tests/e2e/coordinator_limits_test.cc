@@ -279,7 +279,7 @@ class CoordinatorLimitsTest : public ::testing::Test {
       const nlohmann::json job = cluster_->GetJob(job_id_);
       EXPECT_TRUE(job.is_object());
       if (job.is_object()) {
-        EXPECT_EQ(job.value("state", ""), "JOB_STATE_RUNNING");
+        EXPECT_EQ(job.value("state", ""), "RUNNING");
         EXPECT_EQ(job.value("attempt", 0), 1) << "the job was retried";
         if (job.contains("progress")) {
           seen.last_step = Cluster::Int(job["progress"]["step"]);

@@ -25,8 +25,7 @@ TEST(CoordinatorRestartTest, JobFinishesAndNothingIsLost) {
   c.StartCoordinator(/*lease_seconds=*/5);
   c.StartWorker("w0");
   const std::string done_id = c.Submit(c.WriteSpec("early", c.Spec("early", 2, 2, 0)));
-  ASSERT_TRUE(WaitFor([&] { return c.State(done_id) == "JOB_STATE_SUCCEEDED"; }, seconds(30)))
-      << c.Logs();
+  ASSERT_TRUE(WaitFor([&] { return c.State(done_id) == "SUCCEEDED"; }, seconds(30))) << c.Logs();
   const std::string id = c.Submit(c.WriteSpec("restart", c.Spec("restart", 100, 64, 10)));
   ASSERT_TRUE(WaitFor([&] { return c.Step(id) >= 5; }, seconds(30))) << c.Logs();
 
@@ -46,7 +45,7 @@ TEST(CoordinatorRestartTest, JobFinishesAndNothingIsLost) {
   EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
   const nlohmann::json job = c.GetJob(id);
   ASSERT_TRUE(job.is_object());
-  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED") << job.dump(1);
+  EXPECT_EQ(job["state"], "SUCCEEDED") << job.dump(1);
   EXPECT_EQ(job["attempt"], 1) << "the job should continue, not restart: " << job.dump(1);
   EXPECT_EQ(Cluster::Int(job["progress"]["step"]), 100);
   EXPECT_TRUE(c.worker("w0").running());  // the worker rode it out
@@ -71,7 +70,7 @@ TEST(CoordinatorRestartTest, JobFinishesAndNothingIsLost) {
     }
   }
   const nlohmann::json done = c.GetJob(done_id);
-  EXPECT_EQ(done["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(done["state"], "SUCCEEDED");
 }
 
 // A coordinator restarted with a shorter lease: its running workers adopt

@@ -43,7 +43,7 @@ TEST_F(GpuJobTest, ABf16JobRunsOnTheGpuWorkerAndTooBigAJobIsRefused) {
   text.replace(text.find("lr: 1.0e-2}"), 11, "lr: 1.0e-2, precision: bf16}");
   const std::string id = c.Submit(c.WriteSpec("gpu-bf16", text));
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(WaitFor([&] { return c.State(id) == "JOB_STATE_SUCCEEDED"; }, seconds(120)))
+  ASSERT_TRUE(WaitFor([&] { return c.State(id) == "SUCCEEDED"; }, seconds(120)))
       << c.State(id) << "\n"
       << c.Logs();
   const nlohmann::json job = c.GetJob(id);
@@ -53,7 +53,7 @@ TEST_F(GpuJobTest, ABf16JobRunsOnTheGpuWorkerAndTooBigAJobIsRefused) {
   for (const auto& w : listed["workers"]) {
     if (w.value("id", "") == workers[0].get<std::string>()) {
       EXPECT_EQ(w.value("name", ""), "gpu") << w.dump();
-      EXPECT_EQ(w.value("device", ""), "DEVICE_KIND_CUDA") << w.dump();
+      EXPECT_EQ(w.value("device", ""), "CUDA") << w.dump();
     }
   }
   EXPECT_TRUE(std::filesystem::exists(c.dir() /

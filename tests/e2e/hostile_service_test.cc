@@ -63,8 +63,8 @@ TEST(HostileServiceTest, CrashingInputsFailTheJobNotTheWorker) {
   ASSERT_FALSE(id.empty());
   EXPECT_NE(c.Sbp("watch " + id).exit_code, 0);
   const nlohmann::json job = c.GetJob(id);
-  EXPECT_EQ(job.value("state", ""), "JOB_STATE_FAILED") << job.dump(1);
-  EXPECT_EQ(job.value("failure_class", ""), "FAILURE_CLASS_BAD_INPUT") << job.dump(1);
+  EXPECT_EQ(job.value("state", ""), "FAILED") << job.dump(1);
+  EXPECT_EQ(job.value("failure_class", ""), "BAD_INPUT") << job.dump(1);
   EXPECT_EQ(job.value("attempt", 0), 1) << "no retry";
   EXPECT_EQ(c.Sbp("events " + id).out.find("RETRYING"), std::string::npos);
   EXPECT_TRUE(c.worker("w0").running()) << c.Logs();

@@ -64,7 +64,7 @@ TEST_F(JobCliTest, SubmitRunsToSuccessAndEveryVerbShowsIt) {
   const nlohmann::json job = c.GetJob(id);
   ASSERT_TRUE(job.is_object());
   EXPECT_EQ(job["id"], id);
-  EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(job["state"], "SUCCEEDED");
   EXPECT_FALSE(job["reason"].get<std::string>().empty());
   EXPECT_EQ(job["attempt"], 1);
   EXPECT_EQ(Cluster::Int(job["progress"]["step"]), 6);
@@ -106,15 +106,15 @@ TEST_F(JobCliTest, SubmitRunsToSuccessAndEveryVerbShowsIt) {
   const std::string metrics = ReadAll((c.dir() / "runs/lifecycle/metrics.jsonl").string());
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 6);
 
-  // The worker that ran it exposes the training series, labelled by job.
+  // The worker that ran it exposes the training series, labelled by job_id.
   std::string text;
   for (int port : metrics_ports_) text += HttpGet(port, "/metrics");
   for (const std::string& name : std::vector<std::string>{
            "sbp_worker_memory_peak_bytes", "sbp_worker_memory_current_bytes",
-           "sbp_worker_memory_capacity_bytes 2147483648", "sbp_train_tokens_total{job=\"" + id,
-           "sbp_train_tokens_per_second{job=\"" + id, "sbp_train_step_seconds_count{job=\"" + id,
-           "sbp_train_loss{job=\"" + id, "sbp_train_mfu_ratio{job=\"" + id,
-           "sbp_train_step{job=\"" + id + "\"} 6"}) {
+           "sbp_worker_memory_capacity_bytes 2147483648", "sbp_train_tokens_total{job_id=\"" + id,
+           "sbp_train_tokens_per_second{job_id=\"" + id,
+           "sbp_train_step_seconds_count{job_id=\"" + id, "sbp_train_loss{job_id=\"" + id,
+           "sbp_train_mfu_ratio{job_id=\"" + id, "sbp_train_step{job_id=\"" + id + "\"} 6"}) {
     EXPECT_NE(text.find(name), std::string::npos) << name;
   }
 }
@@ -141,7 +141,7 @@ TEST_F(JobCliTest, SubmitWithTheSameRequestIdMakesOneJob) {
   const std::string third = c.Submit(spec);
   EXPECT_NE(third, first);
   for (const std::string& id : {first, third}) {
-    EXPECT_TRUE(WaitFor([&] { return c.State(id) == "JOB_STATE_SUCCEEDED"; }, seconds(30)));
+    EXPECT_TRUE(WaitFor([&] { return c.State(id) == "SUCCEEDED"; }, seconds(30)));
   }
 }
 
@@ -195,7 +195,7 @@ TEST_F(JobCliTest, GangJobWaitsForTwoIdleWorkersAndSaysWhy) {
   ASSERT_TRUE(WaitFor(
       [&] {
         gang = c.GetJob(gang_id);
-        return gang.is_object() && gang["state"] == "JOB_STATE_PENDING" &&
+        return gang.is_object() && gang["state"] == "PENDING" &&
                gang["reason"].get<std::string>().find('2') != std::string::npos;
       },
       seconds(10)))
@@ -207,7 +207,7 @@ TEST_F(JobCliTest, GangJobWaitsForTwoIdleWorkersAndSaysWhy) {
 
   CommandResult cancel = c.Sbp("cancel " + gang_id);
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
-  EXPECT_EQ(c.State(gang_id), "JOB_STATE_CANCELLED");
+  EXPECT_EQ(c.State(gang_id), "CANCELLED");
 
   // A running job stops within seconds of a cancel, and watch reports the outcome.
   const auto start = std::chrono::steady_clock::now();
@@ -254,10 +254,10 @@ TEST_F(JobCliTest, CtrlCOnAWatchDetachesAndSaysSo) {
   EXPECT_NE(ReadAll(log).find("sbp submit: detached from job " + id + "; it keeps running"),
             std::string::npos)
       << ReadAll(log);
-  EXPECT_NE(c.State(id), "JOB_STATE_CANCELLED");
+  EXPECT_NE(c.State(id), "CANCELLED");
   // Leave the workers idle for the other tests.
   ASSERT_EQ(c.Sbp("cancel " + id).exit_code, 0);
-  EXPECT_TRUE(WaitFor([&] { return c.State(id) == "JOB_STATE_CANCELLED"; }, seconds(20)));
+  EXPECT_TRUE(WaitFor([&] { return c.State(id) == "CANCELLED"; }, seconds(20)));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // longest sequence per mode, as text and as JSON, and its errors.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "nlohmann/json.hpp"
@@ -225,6 +226,52 @@ TEST(PlanCli, BadInputIsExitCodeTwoWithTheFlag) {
   r = Plan("--preset qwen3-8b --seq-len 100 --link-bandwidth fast");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--link-bandwidth"), std::string::npos) << r.err;
+}
+
+// `sbp plan JOB.yaml` plans what the spec asks for, as admission does: the
+// same figures as the flags that describe the same job, --set included.
+TEST(PlanCli, AJobSpecPlansAsItsFlagsDo) {
+  const std::filesystem::path dir = FreshDir("sbp_plan_job");
+  WriteFile(dir / "job.yaml",
+            "name: long\nmodel: bench-qwen3\ndata: data.jsonl\nobjective: sft\nseq_len: 4096\n"
+            "streambp: {mode: stream, chunk_tokens: 256, logits_chunk_tokens: 128}\n"
+            "train: {steps: 1, lr: 1.0e-4}\n");
+  auto plan = [&](const std::string& args) {
+    return RunCommand(SbpBinary() + " plan " + args, dir);
+  };
+  const CommandResult job = plan("job.yaml -o json");
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  const CommandResult flags = plan(
+      "--preset bench-qwen3 --seq-len 4096 --mode stream --chunk-tokens 256 "
+      "--logits-chunk-tokens 128 -o json");
+  ASSERT_EQ(flags.exit_code, 0) << flags.err;
+  EXPECT_EQ(ParseJson(job)["peak_bytes"], ParseJson(flags)["peak_bytes"]);
+
+  const CommandResult longer = plan("job.yaml --set seq_len=8192 --set streambp.mode=full -o json");
+  ASSERT_EQ(longer.exit_code, 0) << longer.err;
+  const CommandResult longer_flags = plan(
+      "--preset bench-qwen3 --seq-len 8192 --mode full --chunk-tokens 256 "
+      "--logits-chunk-tokens 128 -o json");
+  EXPECT_EQ(ParseJson(longer)["peak_bytes"], ParseJson(longer_flags)["peak_bytes"]);
+  EXPECT_EQ(ParseJson(longer)["mode"], "full");
+
+  const CommandResult longest = plan("job.yaml --max-seq-len --memory 80GiB -o json");
+  ASSERT_EQ(longest.exit_code, 0) << longest.err;
+  EXPECT_GT(ParseJson(longest).value("stream", int64_t{0}), 4096) << longest.out;
+
+  const CommandResult bad = plan("job.yaml --set train.lr=-1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("job.yaml with --set: train.lr: must be a positive number"),
+            std::string::npos)
+      << bad.err;
+  const CommandResult mixed = plan("job.yaml --seq-len 8192");
+  EXPECT_EQ(mixed.exit_code, 2);
+  EXPECT_NE(mixed.err.find("--seq-len comes from the job spec job.yaml: change it with --set"),
+            std::string::npos)
+      << mixed.err;
+  const CommandResult no_job = plan("--preset bench-qwen3 --seq-len 4096 --set seq_len=1");
+  EXPECT_EQ(no_job.exit_code, 2);
+  EXPECT_NE(no_job.err.find("--set needs a job spec"), std::string::npos) << no_job.err;
 }
 
 }  // namespace

@@ -80,8 +80,7 @@ TEST(PreemptionTest, HighPriorityJobTakesTheWorkerAndTheLowOneResumesBitForBit) 
   ASSERT_TRUE(WaitFor(
       [&] {
         const std::string state = c.State(high);
-        return state == "JOB_STATE_SCHEDULED" || state == "JOB_STATE_RUNNING" ||
-               state == "JOB_STATE_SUCCEEDED";
+        return state == "SCHEDULED" || state == "RUNNING" || state == "SUCCEEDED";
       },
       seconds(kGraceSeconds + 30)))
       << c.Logs();
@@ -93,7 +92,7 @@ TEST(PreemptionTest, HighPriorityJobTakesTheWorkerAndTheLowOneResumesBitForBit) 
 
   // While the high-priority job runs, the low one waits and says why.
   const nlohmann::json waiting = c.GetJob(low);
-  if (waiting.value("state", "") == "JOB_STATE_PENDING") {
+  if (waiting.value("state", "") == "PENDING") {
     EXPECT_NE(waiting.value("reason", "").find("preempted by " + high), std::string::npos)
         << waiting.dump(1);
   }
@@ -123,7 +122,7 @@ TEST(PreemptionTest, HighPriorityJobTakesTheWorkerAndTheLowOneResumesBitForBit) 
 
   // Not a restart: two attempts, one preemption, the restart counter untouched.
   const nlohmann::json job = c.GetJob(low);
-  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(job.value("state", ""), "SUCCEEDED");
   EXPECT_EQ(job.value("attempt", 0), 2) << job.dump(1);
   EXPECT_EQ(job.value("preemptions", 0), 1) << job.dump(1);
   EXPECT_NE(c.Sbp("get " + low).out.find("preempted 1 time"), std::string::npos);
@@ -162,7 +161,8 @@ TEST(PreemptionTest, BothRanksOfAZero2JobStopAtTheSameStep) {
   const auto checkpoint = c.dir() / "runs" / low /
                           absl::StrCat("checkpoints/step-",
                                        std::string(8 - stopped[1].length(), '0'), stopped[1].str());
-  EXPECT_TRUE(fs::exists(checkpoint / "optimizer-rank-00001-of-00002.safetensors")) << checkpoint;
+  EXPECT_TRUE(fs::exists(checkpoint / "trainer_state/optimizer-rank-00001-of-00002.safetensors"))
+      << checkpoint;
   auto weights = [&](const std::string& id) {
     return ReadAll((c.dir() / "runs" / id /
                     absl::StrCat("checkpoints/step-000000", kSteps, "/model.safetensors"))

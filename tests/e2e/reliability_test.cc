@@ -70,7 +70,7 @@ TEST(ReliabilityTest, APausedWorkerFencesItselfAndTheRetryCompletes) {
 
   const CommandResult watch = c.Sbp("watch " + id);
   EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
-  EXPECT_EQ(c.State(id), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(c.State(id), "SUCCEEDED");
   EXPECT_TRUE(c.worker(victim).running()) << "the paused worker must survive";
 
   std::string raw;
@@ -89,7 +89,7 @@ TEST(ReliabilityTest, APausedWorkerFencesItselfAndTheRetryCompletes) {
   const int64_t resumed = std::stoll(m[1]);
   for (int step = kEvery; step <= kSteps; step += kEvery) {
     const fs::path state = c.dir() / "runs/partition/checkpoints" /
-                           absl::StrFormat("step-%08d", step) / "trainer_state.json";
+                           absl::StrFormat("step-%08d", step) / "trainer_state/trainer_state.json";
     if (!fs::exists(state)) continue;  // pruned or never written
     const auto j = nlohmann::json::parse(ReadAll(state.string()), nullptr, false);
     EXPECT_EQ(j.value("attempt", 0), step <= resumed ? 1 : 2) << state;
@@ -156,8 +156,8 @@ TEST(ReliabilityTest, OneRunDirectoryPerJobAndExplicitResume) {
       "intruder", Spec("intruder", 3, absl::StrCat("checkpoint: {dir: runs/", first, "}\n"))));
   EXPECT_NE(c.Sbp("watch " + intruder).exit_code, 0);
   const nlohmann::json job = c.GetJob(intruder);
-  EXPECT_EQ(job["state"], "JOB_STATE_FAILED") << job.dump(1);
-  EXPECT_EQ(job["failure_class"], "FAILURE_CLASS_BAD_INPUT") << job.dump(1);
+  EXPECT_EQ(job["state"], "FAILED") << job.dump(1);
+  EXPECT_EQ(job["failure_class"], "BAD_INPUT") << job.dump(1);
   EXPECT_NE(job.dump().find("resume_from"), std::string::npos) << job.dump(1);
   EXPECT_EQ(ReadAll((c.dir() / "runs" / first / "metrics.jsonl").string()), before);
 }
@@ -196,8 +196,7 @@ TEST(ReliabilityTest, AFullDiskIsAStorageFailureRetriedOnceThereIsRoom) {
   const std::string id = c.Submit(c.WriteSpec(
       "full", Spec("full", 4, "checkpoint: {every_steps: 2, dir: small/run}\nmax_restarts: 3\n")));
   ASSERT_TRUE(
-      WaitFor([&] { return c.GetJob(id).value("failure_class", "") == "FAILURE_CLASS_STORAGE"; },
-              seconds(60)))
+      WaitFor([&] { return c.GetJob(id).value("failure_class", "") == "STORAGE"; }, seconds(60)))
       << c.GetJob(id).dump(1) << c.Logs();
   const std::string events = c.Sbp("events " + id).out;
   EXPECT_NE(events.find("No space left on device"), std::string::npos) << events;
@@ -209,7 +208,7 @@ TEST(ReliabilityTest, AFullDiskIsAStorageFailureRetriedOnceThereIsRoom) {
   ASSERT_TRUE(disk.Resize("64m"));
   const CommandResult watch = c.Sbp("watch " + id);
   EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
-  EXPECT_EQ(c.State(id), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(c.State(id), "SUCCEEDED");
   EXPECT_TRUE(fs::exists(c.dir() / "small/run/checkpoints/step-00000004/model.safetensors"));
 }
 
@@ -226,8 +225,8 @@ TEST(ReliabilityTest, ADivergingRunFailsAsDivergedWithoutRetry) {
   const std::string id = c.Submit(c.WriteSpec("diverged", spec));
   EXPECT_NE(c.Sbp("watch " + id).exit_code, 0);
   const nlohmann::json job = c.GetJob(id);
-  EXPECT_EQ(job["state"], "JOB_STATE_FAILED") << job.dump(1);
-  EXPECT_EQ(job["failure_class"], "FAILURE_CLASS_DIVERGED") << job.dump(1);
+  EXPECT_EQ(job["state"], "FAILED") << job.dump(1);
+  EXPECT_EQ(job["failure_class"], "DIVERGED") << job.dump(1);
   EXPECT_EQ(job.value("attempt", 0), 1) << "no retry";
   const std::string events = c.Sbp("events " + id).out;
   EXPECT_NE(events.find("diverged at step 2"), std::string::npos) << events;

@@ -287,11 +287,11 @@ TEST_F(ResumeCliTest, SubmitWatchDetachesOrCancelsOnInterrupt) {
   EXPECT_NE(ReadAll((c.dir() / "detach.log").string())
                 .find("`sbp watch " + detached + "` follows it again"),
             std::string::npos);
-  EXPECT_EQ(c.State(detached), "JOB_STATE_RUNNING");
+  EXPECT_EQ(c.State(detached), "RUNNING");
   ASSERT_EQ(c.Sbp("cancel " + detached).exit_code, 0);
 
   const std::string cancelled = watched("--cancel-on-interrupt", SIGTERM, "cancel.log");
-  EXPECT_EQ(c.State(cancelled), "JOB_STATE_CANCELLED");
+  EXPECT_EQ(c.State(cancelled), "CANCELLED");
   const nlohmann::json job = c.GetJob(cancelled);
   EXPECT_FALSE(job.value("stopping", false));
   EXPECT_EQ(fs::path(job.value("last_checkpoint", "")).filename().string(),

@@ -371,7 +371,7 @@ TEST_F(TenancyTest, JobPathsStayInsideTheOwnersArea) {
               seconds(30)))
       << As("alice", "get " + id).out << c_->Logs();
   const auto job = nlohmann::json::parse(As("alice", "get -o json " + id).out, nullptr, false);
-  EXPECT_EQ(job.value("failure_class", ""), "FAILURE_CLASS_BAD_INPUT") << job.dump();
+  EXPECT_EQ(job.value("failure_class", ""), "BAD_INPUT") << job.dump();
   EXPECT_NE(As("alice", "events " + id).out.find("data: 'data.jsonl' leads outside"),
             std::string::npos)
       << As("alice", "events " + id).out;

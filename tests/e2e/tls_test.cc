@@ -30,7 +30,7 @@ TEST(TlsTest, WorkerAndCliTalkTlsToTheCoordinator) {
   ASSERT_FALSE(id.empty()) << c.Logs();
   const CommandResult watch = c.Sbp("watch " + id);
   EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
-  EXPECT_EQ(c.State(id), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(c.State(id), "SUCCEEDED");
 
   // Plaintext against a TLS port fails as UNAVAILABLE.
   c.set_cli_flags("");

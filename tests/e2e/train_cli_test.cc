@@ -52,8 +52,12 @@ TEST_F(TrainCliTest, RunsAndWritesMetricsAndCheckpoints) {
   EXPECT_NE(r.out.find("\"last_step\":4"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("4/4"), std::string::npos) << r.err;  // the progress line
   EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step-00000004/model.safetensors"));
-  EXPECT_TRUE(fs::exists(dir_ / "run/checkpoints/step-00000004/optimizer.safetensors"));
-  EXPECT_EQ(ReadAll((dir_ / "run/checkpoints/latest").string()), "step-00000004\n");
+  // Resume state lives apart from the model files; `latest` links the step.
+  EXPECT_TRUE(
+      fs::exists(dir_ / "run/checkpoints/step-00000004/trainer_state/optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(dir_ / "run/checkpoints/step-00000004/optimizer.safetensors"));
+  EXPECT_TRUE(fs::is_symlink(dir_ / "run/checkpoints/latest"));
+  EXPECT_EQ(fs::read_symlink(dir_ / "run/checkpoints/latest"), "step-00000004");
   const std::string metrics = ReadAll((dir_ / "run/metrics.jsonl").string());
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 4);
 }

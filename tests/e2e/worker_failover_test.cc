@@ -54,7 +54,7 @@ TEST(WorkerFailoverTest, RetriedOnTheIdleWorkerFromTheLatestCheckpoint) {
   EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
   EXPECT_NE(watch.err.find("RETRYING"), std::string::npos) << watch.err;
   const nlohmann::json final_job = c.GetJob(id);
-  EXPECT_EQ(final_job["state"], "JOB_STATE_SUCCEEDED") << final_job.dump(1);
+  EXPECT_EQ(final_job["state"], "SUCCEEDED") << final_job.dump(1);
   EXPECT_EQ(final_job["attempt"], 2);
   EXPECT_NE(final_job["worker_ids"][0], worker_id);
   EXPECT_EQ(Cluster::Int(final_job["progress"]["step"]), kSteps);
@@ -105,7 +105,7 @@ TEST(WorkerFailoverTest, SigtermHandsTheJobOverWithoutLosingSteps) {
   EXPECT_EQ(watch.exit_code, 0) << watch.err << c.Logs();
   const nlohmann::json final_job = c.GetJob(id);
   EXPECT_EQ(final_job["attempt"], 2) << final_job.dump(1);
-  EXPECT_EQ(final_job["failure_class"], "FAILURE_CLASS_LOST_WORKER") << final_job.dump(1);
+  EXPECT_EQ(final_job["failure_class"], "LOST_WORKER") << final_job.dump(1);
   const std::string events = c.Sbp("events " + id).out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(events, m, std::regex("resuming after step (\\d+)"))) << events;

@@ -27,8 +27,10 @@ TEST(Zero2ClusterTest, SbpRunWithTwoLocalWorkers) {
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 12) << metrics;
   const auto step = c.dir() / "runs/zero2/checkpoints/step-00000012";
   EXPECT_TRUE(std::filesystem::exists(step / "model.safetensors"));
-  EXPECT_TRUE(std::filesystem::exists(step / "optimizer-rank-00000-of-00002.safetensors"));
-  EXPECT_TRUE(std::filesystem::exists(step / "optimizer-rank-00001-of-00002.safetensors"));
+  EXPECT_TRUE(
+      std::filesystem::exists(step / "trainer_state/optimizer-rank-00000-of-00002.safetensors"));
+  EXPECT_TRUE(
+      std::filesystem::exists(step / "trainer_state/optimizer-rank-00001-of-00002.safetensors"));
 }
 
 TEST(Zero2ClusterTest, KilledRankFailsTheAttemptAndTheRetryCompletes) {

@@ -70,8 +70,8 @@ class TensorBoardTest(unittest.TestCase):
         # Back to step 4: the next attempt trains steps 5..12 again.
         for step in (8, 12):
             shutil.rmtree(os.path.join(checkpoints, f"step-{step:08d}"))
-        with open(os.path.join(checkpoints, "latest"), "w") as f:
-            f.write("step-00000004\n")
+        os.remove(os.path.join(checkpoints, "latest"))  # a link to the newest step
+        os.symlink("step-00000004", os.path.join(checkpoints, "latest"))
         run(["train", "job.yaml", "--resume"], self.dir)
 
         files = glob.glob(os.path.join(run_dir, "tb", "events.out.tfevents.*"))

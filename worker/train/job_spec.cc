@@ -1246,6 +1246,19 @@ absl::Status CheckSpecText(absl::string_view text, absl::string_view prefix, int
 
 }  // namespace
 
+std::vector<std::string> JobSpecKeys() {
+  std::vector<std::string> keys;
+  auto add = [&keys](std::string key) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(std::move(key));
+  };
+  for (absl::string_view key : TopKeys()) add(std::string(key));
+  for (const auto& [block, block_keys] : BlockKeys()) {
+    add(std::string(block));
+    for (absl::string_view key : block_keys) add(absl::StrCat(block, ".", key));
+  }
+  return keys;
+}
+
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view source_name) {
   const Reader reader(source_name);
   const std::string prefix = source_name.empty() ? "" : absl::StrCat(source_name, ": ");

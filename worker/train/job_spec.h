@@ -233,6 +233,13 @@ struct JobSpec {
   bool operator==(const JobSpec&) const = default;
 };
 
+// Every key the parser accepts, as dotted paths in the schema's order:
+// the top-level keys ("train"), and "block.key" for every key of every
+// block, nested ones included ("streambp.offload.checkpoints"); a block's
+// own name is a key too ("grpo.rollout"). docs/job-spec.md documents each
+// (tests/worker/train/job_spec_docs_test.cc keeps the two in step).
+std::vector<std::string> JobSpecKeys();
+
 // Parses and validates a spec. `source_name` (e.g. "job.yaml") prefixes every
 // error message. Never throws.
 absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view yaml_text, absl::string_view source_name);
