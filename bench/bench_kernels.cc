@@ -34,6 +34,7 @@
 
 #include "kernels/allocator.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_micro.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/openblas_core.h"
 #include "kernels/random.h"
@@ -195,6 +196,54 @@ void BenchMatmul(const Options& options, const Reporter& reporter) {
   }
 }
 
+// ---- the LM head of one logits chunk -------------------------------------------
+
+// The three GEMMs of one logits chunk of the engine's LM head (rows of the
+// chunk x hidden H x vocabulary V; bench-qwen3's head, 512-row chunks):
+//   logits [rows, V] = x W^T,  dW [V, H] += dlogits^T x,  dx [rows, H] = dlogits W.
+// Each call packs its operands afresh: W (V x H, 311 MB here) in the first
+// and the third, the logits chunk in the second and the third. The
+// lm_head_*_t lines are the same products with the big operand in the other
+// position (logits^T = W x^T, dx^T = W^T dlogits^T), to see which layout
+// OpenBLAS streams best.
+void BenchLmHead(const Options& options, const Reporter& reporter) {
+  if (!reporter.Wanted("lm_head")) return;
+  const int64_t rows = 512, H = 512, V = options.quick ? 32768 : 151936;
+  const Tensor x = Random({rows, H}, 40), w = Random({V, H}, 41);
+  Tensor logits = Random({rows, V}, 42), dw = Random({V, H}, 43), dx = Random({rows, H}, 44);
+  Tensor logits_t = Random({V, rows}, 45), dx_t = Random({H, rows}, 46);
+  const std::string shape =
+      "rows=" + std::to_string(rows) + " H=" + std::to_string(H) + " V=" + std::to_string(V);
+  const double flops = 2.0 * rows * H * V;
+  const double budget = options.quick ? 0.3 : 1.5;
+  auto bench = [&](const char* op, const std::function<void()>& fn) {
+    if (reporter.Wanted(op)) reporter.Print(op, shape, Measure(fn, 2, budget), flops);
+  };
+  bench("lm_head_logits", [&] { cpu::MatmulXWt(x, w, logits, false); });
+  bench("lm_head_dw", [&] { cpu::MatmulAccumDyTX(logits, x, dw); });
+  bench("lm_head_dx", [&] { cpu::MatmulDyW(logits, w, dx, false); });
+  bench("lm_head_logits_t", [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, V, rows, H, 1.0f, w.data<float>(), H,
+                x.data<float>(), H, 0.0f, logits_t.data<float>(), rows);
+  });
+  bench("lm_head_dx_t", [&] {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, H, rows, V, 1.0f, w.data<float>(), H,
+                logits.data<float>(), V, 0.0f, dx_t.data<float>(), rows);
+  });
+  // The whole chunk as the engine issues it (cross-entropy left out).
+  if (reporter.Wanted("lm_head_chunk")) {
+    reporter.Print("lm_head_chunk", shape,
+                   Measure(
+                       [&] {
+                         cpu::MatmulXWt(x, w, logits, false);
+                         cpu::MatmulAccumDyTX(logits, x, dw);
+                         cpu::MatmulDyW(logits, w, dx, false);
+                       },
+                       2, budget),
+                   3 * flops);
+  }
+}
+
 // ---- causal GQA attention ----------------------------------------------------
 
 struct AttentionCase {
@@ -217,6 +266,22 @@ std::string TokensPerSecond(int64_t tokens, const Timing& timing) {
   std::snprintf(extra, sizeof(extra), ", \"tokens_per_second\": %.0f",
                 static_cast<double>(tokens) / timing.seconds);
   return extra;
+}
+
+// The forward paths to measure: sgemm, and the micro-kernels where the CPU
+// has them.
+std::vector<cpu::AttentionKernel> AttentionKernels() {
+  std::vector<cpu::AttentionKernel> kernels = {cpu::AttentionKernel::kBlas};
+  if (cpu::attention_internal::MicroKernelSupported()) {
+    kernels.push_back(cpu::AttentionKernel::kMicroKernel);
+  }
+  return kernels;
+}
+
+// The ", \"forward_kernel\": ..." field of a line.
+std::string AttentionKernelField(cpu::AttentionKernel kernel) {
+  const bool micro = kernel == cpu::AttentionKernel::kMicroKernel;
+  return std::string(", \"forward_kernel\": \"") + (micro ? "micro" : "sgemm") + "\"";
 }
 
 // Inputs and outputs of one attention problem (outputs start random: the
@@ -252,23 +317,30 @@ void BenchAttention(const Options& options, const Reporter& reporter) {
   for (const AttentionCase& c : cases) {
     AttentionBuffers b(c, c.t);
     const double fwd_flops = AttentionForwardFlops(c);
-    if (reporter.Wanted("attention_forward")) {
-      const Timing timing = Measure(
-          [&] { cpu::AttentionForward(b.q, b.k, b.v, 0, b.scale, b.out, &b.lse); }, 1, budget);
-      reporter.Print("attention_forward", AttentionShape(c), timing, fwd_flops,
-                     TokensPerSecond(c.t, timing));
+    // Each forward path this CPU has, in the same run: sgemm per score tile,
+    // and the micro-kernels (kernels/cpu/attention_micro.h).
+    for (const cpu::AttentionKernel kernel : AttentionKernels()) {
+      cpu::SetAttentionForwardKernel(kernel);
+      const std::string extra = AttentionKernelField(kernel);
+      if (reporter.Wanted("attention_forward")) {
+        const Timing timing = Measure(
+            [&] { cpu::AttentionForward(b.q, b.k, b.v, 0, b.scale, b.out, &b.lse); }, 1, budget);
+        reporter.Print("attention_forward", AttentionShape(c), timing, fwd_flops,
+                       TokensPerSecond(c.t, timing) + extra);
+      }
+      if (reporter.Wanted("attention_fwd_bwd")) {
+        const Timing timing = Measure(
+            [&] {
+              cpu::AttentionForward(b.q, b.k, b.v, 0, b.scale, b.out, &b.lse);
+              cpu::AttentionBackward(b.q, b.k, b.v, b.out, b.dout, b.lse, 0, b.scale, b.dq, b.dk,
+                                     b.dv);
+            },
+            1, budget);
+        reporter.Print("attention_fwd_bwd", AttentionShape(c), timing, 3.5 * fwd_flops,
+                       TokensPerSecond(c.t, timing) + extra);
+      }
     }
-    if (reporter.Wanted("attention_fwd_bwd")) {
-      const Timing timing = Measure(
-          [&] {
-            cpu::AttentionForward(b.q, b.k, b.v, 0, b.scale, b.out, &b.lse);
-            cpu::AttentionBackward(b.q, b.k, b.v, b.out, b.dout, b.lse, 0, b.scale, b.dq, b.dk,
-                                   b.dv);
-          },
-          1, budget);
-      reporter.Print("attention_fwd_bwd", AttentionShape(c), timing, 3.5 * fwd_flops,
-                     TokensPerSecond(c.t, timing));
-    }
+    cpu::SetAttentionForwardKernel(cpu::AttentionKernel::kAuto);
   }
 }
 
@@ -344,6 +416,7 @@ int Main(int argc, char** argv) {
   Reporter reporter(options);
   BenchSgemmPeak(options, reporter);
   BenchMatmul(options, reporter);
+  BenchLmHead(options, reporter);
   BenchAttention(options, reporter);
   BenchChunkedAttention(options, reporter);
   BenchPackedAttention(options, reporter);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/attention_micro.h"
 #include "kernels/cpu/attention_tiles.h"
 #include "kernels/cpu/op_checks.h"
 #include "kernels/documents.h"
@@ -17,13 +18,20 @@
 namespace sbp::cpu {
 namespace {
 
+using attention_internal::AccumulatePv;
 using attention_internal::AddRows;
 using attention_internal::FinishRows;
+using attention_internal::KeyPanelFloats;
+using attention_internal::kKeyPanel;
+using attention_internal::kMicroRows;
 using attention_internal::OnlineSoftmaxTile;
+using attention_internal::PackKeyPanels;
 using attention_internal::ProbabilitiesTile;
 using attention_internal::RowDots;
 using attention_internal::ScaleRows;
+using attention_internal::ScoreRows;
 using attention_internal::SoftmaxGradTile;
+using attention_internal::Visible;
 
 constexpr int64_t kTq = kAttentionTileQ;
 constexpr int64_t kTk = kAttentionTileK;
@@ -118,19 +126,31 @@ void WaitForTicket(const std::atomic<int64_t>& ticket, int64_t value) {
 constexpr int64_t kStrip = 32;
 static_assert(kTq <= kTk, "a diagonal strip of the forward is up to kTq keys wide");
 
-// The forward pass for one (query head, query tile) at a time.
+std::atomic<AttentionKernel> forward_kernel{AttentionKernel::kAuto};
+
+// The micro-kernels' score rows: kMicroRows rows of a key tile, plus the
+// columns before an unaligned first key (up to kKeyPanel - 1) and after its
+// last panel.
+constexpr int64_t kMicroScoreLd = kTk + 2 * kKeyPanel;
+
+// The forward pass for one (query head, query tile) at a time. With
+// `key_panels` (the micro-kernel path: each KV head's keys packed by
+// PackKeyPanels, `panel_stride` floats apart) the products are the
+// micro-kernels', else sgemm.
 class ForwardTile {
  public:
   ForwardTile(const Dims& dims, const float* q, const float* k, const float* v, float scale,
-              const int64_t* first_key)
+              const int64_t* first_key, const float* key_panels, int64_t panel_stride)
       : dims_(dims),
         q_(q),
         k_(k),
         v_(v),
         scale_(scale),
         first_key_(first_key),
+        key_panels_(key_panels),
+        panel_stride_(panel_stride),
         lo_(kTq),
-        s_(kTq * kTk),
+        s_(key_panels != nullptr ? kMicroRows * kMicroScoreLd : kTq * kTk),
         acc_(kTq * dims.d),
         m_(kTq),
         l_(kTq),
@@ -166,6 +186,7 @@ class ForwardTile {
   // Tile rows [r0, r1) against keys [j0, j0 + bk) with mask `diag` (see
   // attention_tiles.h); `first` when these are the rows' first keys.
   void Block(int64_t r0, int64_t r1, int64_t j0, int64_t bk, int64_t diag, bool first) {
+    if (key_panels_ != nullptr) return MicroBlock(r0, r1, j0, bk, diag, first);
     const int64_t rows = r1 - r0, d = dims_.d;
     const int64_t kv_off = (j0 * dims_.hkv + g_) * d;
     float* acc = acc_.data() + r0 * d;
@@ -183,16 +204,48 @@ class ForwardTile {
          first ? 0.0f : 1.0f, acc, d);
   }
 
+  // Block with the micro-kernels, kMicroRows rows at a time: scores of the
+  // keys the rows can see (the last row sees the most), online softmax, then
+  // acc = alpha acc + P V in one pass (alpha fused into the kernel).
+  void MicroBlock(int64_t r0, int64_t r1, int64_t j0, int64_t bk, int64_t diag, bool first) {
+    const int64_t d = dims_.d;
+    const float* panels = key_panels_ + g_ * panel_stride_;
+    const float* v = v_ + (j0 * dims_.hkv + g_) * d;
+    const int64_t lead = j0 % kKeyPanel;  // score columns before key j0
+    const int64_t* lo = nullptr;
+    if (first_key_ != nullptr) {
+      for (int64_t r = r0; r < r1; ++r) lo_[r - r0] = first_key_[i0_ + r] - j0;
+      lo = lo_.data();
+    }
+    for (int64_t a = r0; a < r1; a += kMicroRows) {
+      const int64_t rows = std::min(kMicroRows, r1 - a);
+      // Keys [j0, j0 + cols) cover what the strip's rows see (at least one
+      // column, masked if need be, so that `first` still writes acc).
+      const int64_t cols = std::max<int64_t>(1, Visible(diag, a + rows - 1 - r0, bk));
+      const int64_t panels_used = (lead + cols + kKeyPanel - 1) / kKeyPanel;
+      ScoreRows(q_ + ((i0_ + a) * dims_.hq + h_) * d, dims_.q_ld(), rows, d, panels, j0 / kKeyPanel,
+                panels_used, scale_, s_.data(), kMicroScoreLd);
+      float* p = s_.data() + lead;
+      OnlineSoftmaxTile(p, kMicroScoreLd, rows, cols, diag + (a - r0), m_.data() + a, l_.data() + a,
+                        alpha_.data() + a, lo != nullptr ? lo + (a - r0) : nullptr);
+      AccumulatePv(p, kMicroScoreLd, rows, cols, v, dims_.kv_ld(), d, alpha_.data() + a, first,
+                   acc_.data() + a * d, d);
+    }
+  }
+
   const Dims& dims_;
   const float* q_;
   const float* k_;
   const float* v_;
   const float scale_;
   const int64_t* first_key_;  // [Tq] first key of each query row, or null
-  std::vector<int64_t> lo_;   // [kTq] first visible column of a block's rows
+  const float* key_panels_;   // packed K^T per KV head (micro-kernels), or null
+  const int64_t panel_stride_;
+  std::vector<int64_t> lo_;  // [kTq] first visible column of a block's rows
   int64_t h_ = 0, g_ = 0, i0_ = 0;
-  // s [kTq, kTk] scores then probabilities; acc [kTq, d] unnormalised output;
-  // m, l, alpha [kTq] running max, running sum of exp, rescale factor.
+  // s [kTq, kTk] scores then probabilities (micro-kernels: [kMicroRows,
+  // kMicroScoreLd]); acc [kTq, d] unnormalised output; m, l, alpha [kTq]
+  // running max, running sum of exp, rescale factor.
   std::vector<float> s_, acc_, m_, l_, alpha_;
 };
 
@@ -287,6 +340,18 @@ class BackwardTile {
 
 }  // namespace
 
+void SetAttentionForwardKernel(AttentionKernel kernel) { forward_kernel.store(kernel); }
+
+AttentionKernel AttentionForwardKernel() { return forward_kernel.load(); }
+
+bool AttentionForwardUsesMicroKernel(int64_t d) {
+  const AttentionKernel kernel = forward_kernel.load();
+  if (kernel == AttentionKernel::kBlas) return false;
+  if (!attention_internal::MicroKernelSupported() || d % 8 != 0) return false;
+  if (kernel == AttentionKernel::kMicroKernel) return true;
+  return attention_internal::MicroKernelPreferred(d);
+}
+
 void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,
                       float scale, Tensor& out, Tensor* lse, const Tensor* doc_offsets) {
   const Dims dims = CheckInputs(q, k, v, q_offset);
@@ -300,9 +365,29 @@ void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
   const int64_t n_qt = CeilDiv(dims.tq, kTq);
   const int64_t items = dims.hq * n_qt;
 
+  // The micro-kernels read K as K^T panels: packed once per call for the
+  // keys [0, q_offset + Tq) every query tile shares.
+  std::vector<float> panels;
+  int64_t panel_stride = 0;
+  if (AttentionForwardUsesMicroKernel(dims.d)) {
+    const int64_t keys = q_offset + dims.tq;
+    const int64_t count = CeilDiv(keys, kKeyPanel);
+    panel_stride = KeyPanelFloats(keys, dims.d);
+    panels.resize(static_cast<size_t>(panel_stride * dims.hkv));
+    const float* kp = k.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t item = 0; item < dims.hkv * count; ++item) {
+      const int64_t g = item / count, p = item % count;
+      const int64_t j0 = p * kKeyPanel;
+      PackKeyPanels(kp + (j0 * dims.hkv + g) * dims.d, dims.kv_ld(), std::min(kKeyPanel, keys - j0),
+                    dims.d, panels.data() + g * panel_stride + p * kKeyPanel * dims.d);
+    }
+  }
+
 #pragma omp parallel
   {
-    ForwardTile tile(dims, q.data<float>(), k.data<float>(), v.data<float>(), scale, docs.first());
+    ForwardTile tile(dims, q.data<float>(), k.data<float>(), v.data<float>(), scale, docs.first(),
+                     panels.empty() ? nullptr : panels.data(), panel_stride);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t qt = n_qt - 1 - item / dims.hq;  // the longest rows (last tiles) first

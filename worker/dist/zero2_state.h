@@ -21,6 +21,16 @@
 // reduce-scatter of layer l runs while layer l-1 accumulates); the embedding
 // and final groups get a buffer of their own for as long as they are open.
 //
+// The embedding's gradient stays dense here (one worker keeps it as a row
+// set, kernels/cpu/embedding_rows.h): its buffer is open only for the
+// embedding backward, after the last layer, when the layers' activations are
+// gone, so it does not set the pass's peak (the LM head's phase holds the
+// head's buffer of the same size and a logits chunk). Reducing row sets
+// instead would take an all-gather of every rank's ids and a reduce-scatter
+// of the union's rows, whose per-element cross-rank sum order (the
+// collective's chunking) differs from the dense group's, so the owned shards
+// would no longer match the dense path bit for bit.
+//
 // Optimizer offload (Create's `offload`): the owned shards (gradient, masters,
 // moments) live in the backend's host_allocator() and a CPU backend over that
 // memory runs their element operations (zeroing, sums of squares, AdamW, the

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/embedding_rows.h"
 #include "worker/engine/decoder_layer.h"
 #include "worker/engine/engine_buffers.h"
 #include "worker/engine/layer_buffers.h"
@@ -340,7 +341,13 @@ absl::Status Engine::EndLayerBackward(int layer) {
 absl::Status Engine::EmbeddingGradient(const Tensor& ids, const Tensor& d_hidden,
                                        ModelTensors& grads) {
   if (sink_ != nullptr && !config_.tie_word_embeddings) RETURN_IF_ERROR(sink_->Acquire(0, grads));
-  if (grads.embed.defined()) backend_.EmbeddingBackward(ids, d_hidden, grads.embed);
+  if (grads.embed.defined()) {
+    backend_.EmbeddingBackward(ids, d_hidden, grads.embed);
+  } else if (grads.embed_rows != nullptr) {
+    // The rows of the step's tokens only, summed in the dense kernel's order.
+    CHECK(backend_.device().is_cpu()) << "a row-set embedding gradient needs the CPU backend";
+    RETURN_IF_ERROR(grads.embed_rows->Accumulate(ids, d_hidden));
+  }
   RETURN_IF_ERROR(backend_.TakeDeferredError());
   return sink_ != nullptr ? sink_->Release(0) : absl::OkStatus();
 }

@@ -24,6 +24,9 @@
 #include "worker/model/model_io.h"
 
 namespace sbp {
+namespace cpu {
+class EmbeddingRowGradient;
+}  // namespace cpu
 
 struct ParameterGroup {
   std::string name;    // "embed", "layer.3", "final"
@@ -128,11 +131,18 @@ struct LayerWeights {
 
 // Named views of a whole model: embedding, layers, final norm, LM head (the
 // embedding itself when tied).
+//
+// On the gradient side of an untied model on the CPU, `embed` may be left
+// undefined and `embed_rows` set instead: the embedding backward then adds
+// into the rows the tokens touched (kernels/cpu/embedding_rows.h), not into a
+// dense [V, H] buffer. A defined `embed` takes precedence (ZeRO-2 binds its
+// gradient cache there).
 struct ModelTensors {
   Tensor embed;
   std::vector<LayerWeights> layers;
   Tensor final_norm;
   Tensor lm_head;
+  cpu::EmbeddingRowGradient* embed_rows = nullptr;  // not owned
 };
 
 // Binds the views of `store` by name (for an adapter store, only the

@@ -6,6 +6,7 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "kernels/allocator.h"
+#include "kernels/cpu/embedding_rows.h"
 #include "worker/dist/zero2_state.h"
 #include "worker/engine/device_store.h"
 #include "worker/train/optimizer.h"
@@ -15,21 +16,72 @@
 namespace sbp {
 namespace {
 
+// The embedding's gradient as a row set (kernels/cpu/embedding_rows.h)
+// during the backward passes: on the CPU, for an untied embedding of a full
+// (not LoRA) run. A tied embedding is also the LM head, whose gradient is
+// dense.
+bool UseEmbeddingRows(const ParameterStore& weights, const Backend& backend) {
+  if (!backend.device().is_cpu() || weights.lora() != nullptr || weights.groups().empty()) {
+    return false;
+  }
+  const ParameterGroup& embed = weights.groups()[weights.embed_group()];
+  return !weights.config().tie_word_embeddings && embed.specs.size() == 1;
+}
+
+void DetachGroup(ParameterGroup& group) {
+  group.flat = Tensor();
+  group.tensors.assign(group.specs.size(), Tensor());
+}
+
+// Zeroed f32 gradients in `weights`' layout; with `embedding_rows` the
+// embedding's group is left without memory.
+absl::StatusOr<ParameterStore> CreateGradients(const ParameterStore& weights, Backend& backend,
+                                               bool embedding_rows) {
+  if (!embedding_rows) return ZeroStoreOnDevice(weights, backend, DType::kF32, "gradients");
+  ParameterStore grads = weights;  // the layout; every buffer is replaced below
+  for (size_t g = 0; g < grads.groups().size(); ++g) {
+    ParameterGroup& group = grads.groups()[g];
+    if (static_cast<int>(g) == grads.embed_group()) {
+      DetachGroup(group);
+      continue;
+    }
+    ASSIGN_OR_RETURN(Tensor flat,
+                     Tensor::Zeros(backend.allocator(), {group.padded}, DType::kF32, "gradients"));
+    group.Attach(std::move(flat));
+  }
+  return grads;
+}
+
 class LocalOptimizerState final : public OptimizerState {
  public:
   LocalOptimizerState(ParameterStore& weights, std::optional<ParameterStore> master,
-                      ParameterStore grads, AdamWOptimizer optimizer, Backend& backend)
+                      ParameterStore grads, AdamWOptimizer optimizer, Backend& backend,
+                      bool embedding_rows)
       : weights_(weights),
         master_(std::move(master)),
         grads_(std::move(grads)),
         bound_(BindModelTensors(grads_)),
         optimizer_(std::move(optimizer)),
-        backend_(backend) {}
+        backend_(backend) {
+    if (embedding_rows) {
+      const ModelConfig& c = weights.config();
+      rows_.emplace(backend.allocator(), c.vocab_size, c.hidden_size);
+      bound_.embed_rows = &*rows_;
+    }
+  }
 
   ModelTensors& grads() override { return bound_; }
-  void ZeroGradients() override { ZeroStore(grads_, backend_); }
-  absl::Status FinishBackward() override { return absl::OkStatus(); }
+  void ZeroGradients() override {
+    if (!rows_.has_value()) return ZeroStore(grads_, backend_);
+    rows_->Clear();
+    DetachGroup(grads_.groups()[grads_.embed_group()]);
+    for (ParameterGroup& group : grads_.groups()) {
+      if (group.flat.defined()) backend_.Fill(group.flat, 0.0f);
+    }
+  }
+  absl::Status FinishBackward() override { return DenseEmbeddingGradient(); }
   absl::StatusOr<double> GlobalGradNorm() override {
+    RETURN_IF_ERROR(DenseEmbeddingGradient());
     const double norm = AdamWOptimizer::GlobalGradNorm(backend_, grads_);
     // A sum that found no device memory for its partials is void (not a
     // divergence).
@@ -37,8 +89,12 @@ class LocalOptimizerState final : public OptimizerState {
     return norm;
   }
   absl::Status Update(double lr, int64_t step, float grad_scale) override {
+    RETURN_IF_ERROR(DenseEmbeddingGradient());
     optimizer_.Step(masters(), grads_, lr, step, grad_scale);
     CastMastersIntoWeights();
+    // The dense embedding gradient lives only from the end of the backward
+    // to the update.
+    if (rows_.has_value()) DetachGroup(grads_.groups()[grads_.embed_group()]);
     return absl::OkStatus();
   }
   absl::Status Save(const CheckpointSink& sink, const TrainerState& state,
@@ -73,6 +129,22 @@ class LocalOptimizerState final : public OptimizerState {
 
  private:
   ParameterStore& masters() { return master_.has_value() ? *master_ : weights_; }
+  // With a row-set embedding gradient: scatters the rows into a zeroed
+  // dense group (the dense kernel's values exactly) for the norm and AdamW,
+  // which visit every row (AdamW moves rows without gradient too). Done
+  // after the backward, when its activations are gone, so the dense buffer
+  // no longer adds to the backward's peak.
+  absl::Status DenseEmbeddingGradient() {
+    if (!rows_.has_value()) return absl::OkStatus();
+    ParameterGroup& group = grads_.groups()[grads_.embed_group()];
+    if (group.flat.defined()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Tensor flat, Tensor::Zeros(backend_.allocator(), {group.padded}, DType::kF32,
+                                                "embedding gradient"));
+    group.Attach(std::move(flat));
+    rows_->CopyRowsInto(group.tensors[0]);
+    rows_->Clear();
+    return absl::OkStatus();
+  }
   // compute copy <- round(masters), group by group.
   void CastMastersIntoWeights() {
     if (!master_.has_value()) return;
@@ -87,6 +159,7 @@ class LocalOptimizerState final : public OptimizerState {
   ModelTensors bound_;
   AdamWOptimizer optimizer_;
   Backend& backend_;
+  std::optional<cpu::EmbeddingRowGradient> rows_;  // set: the embedding's gradient as rows
 };
 
 class Zero2OptimizerState final : public OptimizerState {
@@ -173,11 +246,11 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(
     ASSIGN_OR_RETURN(master,
                      CopyStoreToDevice(*options.initial, backend, DType::kF32, "master weights"));
   }
-  ASSIGN_OR_RETURN(ParameterStore grads,
-                   ZeroStoreOnDevice(weights, backend, DType::kF32, "gradients"));
+  const bool embedding_rows = options.embedding_rows && UseEmbeddingRows(weights, backend);
+  ASSIGN_OR_RETURN(ParameterStore grads, CreateGradients(weights, backend, embedding_rows));
   ASSIGN_OR_RETURN(AdamWOptimizer optimizer, AdamWOptimizer::Create(weights, backend, train));
   return std::unique_ptr<OptimizerState>(new LocalOptimizerState(
-      weights, std::move(master), std::move(grads), std::move(optimizer), backend));
+      weights, std::move(master), std::move(grads), std::move(optimizer), backend, embedding_rows));
 }
 
 }  // namespace sbp

@@ -84,6 +84,17 @@ struct OptimizerStateOptions {
   // `initial`; the engine gets it as its weight source.
   bool shard_weights = false;
   DType compute_dtype = DType::kF32;
+  // On one worker without offload, on the CPU, for an untied full model:
+  // keep the embedding's gradient as the rows of the step's tokens during
+  // the backward passes (kernels/cpu/embedding_rows.h) and make it dense
+  // (bit-identical) only from FinishBackward to the update, instead of a
+  // V x H buffer held all along; elsewhere ignored. Under ZeRO-2 the
+  // embedding's group is reduce-scattered dense (see Zero2State); with
+  // offload the gradients are the host state's. Off by default: the memory
+  // planner charges the dense gradient for the whole step (the row count
+  // depends on the data), and on the CPU its figure is the allocator's peak
+  // to the byte, which the trainer's budget checks rely on.
+  bool embedding_rows = false;
 };
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(

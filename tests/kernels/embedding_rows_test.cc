@@ -1,0 +1,96 @@
+#include "kernels/cpu/embedding_rows.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include "kernels/cpu/embedding.h"
+#include "tests/kernels/op_test_util.h"
+
+namespace sbp {
+namespace {
+
+// The dense kernel into a zeroed table, micro-batch after micro-batch.
+Tensor DenseGradient(int64_t vocab, int64_t hidden, const std::vector<Tensor>& ids,
+                     const std::vector<Tensor>& douts) {
+  Tensor dense = op_test::NewTensor({vocab, hidden});
+  op_test::FillWith(dense, 0.0f);
+  for (size_t i = 0; i < ids.size(); ++i) cpu::EmbeddingBackward(ids[i], douts[i], dense);
+  return dense;
+}
+
+Tensor RowsToDense(const cpu::EmbeddingRowGradient& rows) {
+  Tensor dense = op_test::NewTensor({rows.vocab(), rows.hidden()});
+  op_test::FillWith(dense, 0.0f);
+  rows.CopyRowsInto(dense);
+  return dense;
+}
+
+TEST(EmbeddingRows, KeepsOnlyTouchedRows) {
+  CpuAllocator allocator;
+  cpu::EmbeddingRowGradient rows(allocator, 1000, 16);
+  Tensor ids = op_test::FromInts({6}, {4, 1, 4, 7, 1, 4});
+  Tensor dout = op_test::RandomTensor({6, 16}, 1);
+  ASSERT_TRUE(rows.Accumulate(ids, dout).ok());
+  EXPECT_EQ(rows.row_ids(), (std::vector<int32_t>{1, 4, 7}));
+  EXPECT_EQ(rows.values().shape(), (Shape{3, 16}));
+  EXPECT_LT(allocator.current_bytes(), 1024);  // the rows, not [1000, 16]
+  EXPECT_TRUE(op_test::BitwiseEqual(RowsToDense(rows), DenseGradient(1000, 16, {ids}, {dout})));
+  rows.Clear();
+  EXPECT_EQ(rows.rows(), 0);
+  EXPECT_EQ(allocator.current_bytes(), 0);
+}
+
+// Bit-identical to the dense scatter-add over several micro-batches (rows
+// repeating within and across them), whatever the thread count, at sizes
+// on both sides of the parallel threshold.
+TEST(EmbeddingRows, BitIdenticalToDenseOverMicroBatchesAndThreads) {
+  for (const int64_t hidden : {5, 64, 333}) {
+    for (const int64_t tokens : {1, 17, 700}) {
+      const int64_t vocab = 400;
+      std::vector<Tensor> ids, douts;
+      for (int mb = 0; mb < 3; ++mb) {
+        ids.push_back(op_test::RandomInts({tokens}, 10 + mb, 0, tokens < 50 ? 12 : 300));
+        douts.push_back(op_test::RandomTensor({tokens, hidden}, 20 + mb));
+      }
+      const Tensor want = DenseGradient(vocab, hidden, ids, douts);
+      for (const int threads : {1, 2, 3}) {
+        SCOPED_TRACE(testing::Message()
+                     << "hidden " << hidden << " tokens " << tokens << " threads " << threads);
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        CpuAllocator allocator;
+        cpu::EmbeddingRowGradient rows(allocator, vocab, hidden);
+        for (size_t i = 0; i < ids.size(); ++i) ASSERT_TRUE(rows.Accumulate(ids[i], douts[i]).ok());
+        omp_set_num_threads(saved);
+        EXPECT_TRUE(op_test::BitwiseEqual(RowsToDense(rows), want));
+        EXPECT_LE(rows.rows(), std::min<int64_t>(vocab, 3 * tokens));
+      }
+    }
+  }
+}
+
+TEST(EmbeddingRows, GrowingPastTheBudgetFailsAndKeepsTheRows) {
+  CpuAllocator allocator;
+  cpu::EmbeddingRowGradient rows(allocator, 100, 4);
+  Tensor first = op_test::FromInts({2}, {3, 5});
+  Tensor dout = op_test::RandomTensor({2, 4}, 7);
+  ASSERT_TRUE(rows.Accumulate(first, dout).ok());
+  allocator.set_budget_bytes(allocator.current_bytes() + 16);
+  Tensor more = op_test::FromInts({2}, {8, 9});
+  const absl::Status grown = rows.Accumulate(more, dout);
+  EXPECT_EQ(grown.code(), absl::StatusCode::kResourceExhausted) << grown;
+  EXPECT_EQ(rows.row_ids(), (std::vector<int32_t>{3, 5}));
+  // Known rows need no memory.
+  EXPECT_TRUE(rows.Accumulate(first, dout).ok());
+}
+
+TEST(EmbeddingRowsDeathTest, RejectsIdsOutsideTheVocabulary) {
+  CpuAllocator allocator;
+  cpu::EmbeddingRowGradient rows(allocator, 4, 2);
+  Tensor ids = op_test::FromInts({2}, {1, 4});
+  Tensor dout = op_test::RandomTensor({2, 2}, 1);
+  EXPECT_DEATH((void)rows.Accumulate(ids, dout), "outside the vocabulary of size 4");
+}
+
+}  // namespace
+}  // namespace sbp
