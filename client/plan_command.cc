@@ -285,7 +285,7 @@ double OptimizerCopySeconds(const Parsed& p, const MemoryPlan& plan) {
   return static_cast<double>(plan.copy_bytes_per_step) / p.link_bandwidth;
 }
 
-std::string Rate(double bytes_per_second) {
+std::string BandwidthText(double bytes_per_second) {
   return absl::StrFormat("%.3g GB/s", bytes_per_second / 1e9);
 }
 
@@ -369,9 +369,10 @@ void PrintTiersText(const Parsed& p, const MemoryPlan& plan) {
         "copies: checkpoints %s per sequence (each stored input written and read once), "
         "~%.1f s at %s (%s)\n",
         FormatByteSize(plan.copy_bytes_per_pass).c_str(), CheckpointCopySeconds(p, plan),
-        Rate(disk ? (r.device == DeviceKind::kCuda ? std::min(p.link_bandwidth, p.disk_bandwidth)
-                                                   : p.disk_bandwidth)
-                  : p.link_bandwidth)
+        BandwidthText(disk ? (r.device == DeviceKind::kCuda
+                                  ? std::min(p.link_bandwidth, p.disk_bandwidth)
+                                  : p.disk_bandwidth)
+                           : p.link_bandwidth)
             .c_str(),
         disk ? "the slower of --disk-bandwidth and --link-bandwidth" : "--link-bandwidth");
   }
@@ -381,7 +382,7 @@ void PrintTiersText(const Parsed& p, const MemoryPlan& plan) {
         "(--link-bandwidth)\n",
         FormatByteSize(plan.copy_bytes_per_step).c_str(),
         r.optimizer_state ? ", updated weights up" : "", OptimizerCopySeconds(p, plan),
-        Rate(p.link_bandwidth).c_str());
+        BandwidthText(p.link_bandwidth).c_str());
   }
 }
 

@@ -11,7 +11,7 @@ namespace {
 namespace v1 = streambp::v1;
 
 constexpr char kSet[] = "streambp.v1.RendezvousService/Set";
-constexpr char kGet[] = "streambp.v1.RendezvousService/Get";
+constexpr char kRendezvousGet[] = "streambp.v1.RendezvousService/Get";
 constexpr char kWait[] = "streambp.v1.RendezvousService/Wait";
 constexpr size_t kMaxKeyLength = 1024;
 constexpr int kMaxWaitKeys = 4096;
@@ -40,7 +40,7 @@ grpc::Status RendezvousServiceImpl::Set(grpc::ServerContext* context,
 grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* context,
                                         const v1::GetKeyRequest* request,
                                         v1::GetKeyResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kGet, [&](const Identity& caller) -> absl::Status {
+  return guard_->Run(*context, Role::kWorker, kRendezvousGet, [&](const Identity& caller) -> absl::Status {
     RETURN_IF_ERROR(CheckKey(request->key(), "key"));
     RETURN_IF_ERROR(manager_->CheckRendezvousScope(request->scope(), request->worker_id(), caller));
     std::optional<std::string> value = store_->Get(request->scope(), request->key());

@@ -8,7 +8,7 @@
 namespace sbp {
 namespace {
 
-Tensor Flat(const Tensor& t) { return t.Reshape({t.dim(0), -1}); }
+Tensor FlatHeads(const Tensor& t) { return t.Reshape({t.dim(0), -1}); }
 
 // The `shape` elements at element `offset` of block `i` of `blocks`
 // [P, per_block] (a view; `blocks` keeps the memory).
@@ -129,10 +129,10 @@ void UlyssesAttention::ExchangeKv(const KvBuffers& local, int64_t s, KvBuffers& 
   const int64_t m = local.k.dim(0), w = kv_heads_ * config_.head_dim;
   const DType dtype = local.k.dtype();
   Tensor send = Staging(0, 2 * m * w, dtype), recv = Staging(1, 2 * m * w, dtype);
-  b.CopyColumnBlocks(Flat(local.k), send, kv_columns_, w, 0, /*to_blocks=*/true);
-  b.CopyColumnBlocks(Flat(local.v), send, kv_columns_, w, m * w, /*to_blocks=*/true);
+  b.CopyColumnBlocks(FlatHeads(local.k), send, kv_columns_, w, 0, /*to_blocks=*/true);
+  b.CopyColumnBlocks(FlatHeads(local.v), send, kv_columns_, w, m * w, /*to_blocks=*/true);
   Exchange(send, recv);
-  Tensor k = Flat(gathered.k), v = Flat(gathered.v);
+  Tensor k = FlatHeads(gathered.k), v = FlatHeads(gathered.v);
   for (int i = 0; i < group_size_; ++i) {
     const int64_t row = i * local_rows_ + s;
     Tensor k_rows = k.Rows(row, row + m), v_rows = v.Rows(row, row + m);
@@ -148,7 +148,7 @@ void UlyssesAttention::Forward(ChunkActivations& a, const KvBuffers& gathered, i
   const int64_t w = query_heads_ * d;
   const DType dtype = a.q.dtype();
   Tensor send = Staging(0, m * w, dtype);
-  b.CopyColumnBlocks(Flat(a.q), send, query_columns_, w, 0, /*to_blocks=*/true);
+  b.CopyColumnBlocks(FlatHeads(a.q), send, query_columns_, w, 0, /*to_blocks=*/true);
   Exchange(send, a.q_sp);
   if (!error_.ok()) return;
   for (int j = 0; j < group_size_; ++j) {
@@ -186,14 +186,14 @@ void UlyssesAttention::Backward(ChunkActivations& a, const KvBuffers& gathered,
   }
   Tensor back = Staging(1, m * w, a.dq.dtype());
   Exchange(dq, back);
-  b.CopyColumnBlocks(Flat(a.dq), back, query_columns_, w, 0, /*to_blocks=*/false);
+  b.CopyColumnBlocks(FlatHeads(a.dq), back, query_columns_, w, 0, /*to_blocks=*/false);
 }
 
 void UlyssesAttention::ReturnKvGrads(const KvGrads& gathered_grads, int64_t s, KvGrads& local) {
   Backend& b = backend_;
   const int64_t m = local.dk.dim(0), d = config_.head_dim, w = kv_heads_ * d;
   Tensor send = Staging(0, 2 * m * w, DType::kF32), recv = Staging(1, 2 * m * w, DType::kF32);
-  Tensor dk = Flat(gathered_grads.dk), dv = Flat(gathered_grads.dv);
+  Tensor dk = FlatHeads(gathered_grads.dk), dv = FlatHeads(gathered_grads.dv);
   for (int j = 0; j < group_size_; ++j) {
     const int64_t row = j * local_rows_ + s;
     Tensor k_part = Region(send, j, 0, {m, w}), v_part = Region(send, j, m * w, {m, w});
@@ -201,7 +201,7 @@ void UlyssesAttention::ReturnKvGrads(const KvGrads& gathered_grads, int64_t s, K
     b.Copy(dv.Rows(row, row + m), v_part);
   }
   Exchange(send, recv);
-  Tensor local_dk = Flat(local.dk), local_dv = Flat(local.dv);
+  Tensor local_dk = FlatHeads(local.dk), local_dv = FlatHeads(local.dv);
   const int64_t hkv = config_.num_key_value_heads;
   if (group_size_ <= hkv) {
     b.CopyColumnBlocks(local_dk, recv, kv_columns_, w, 0, /*to_blocks=*/false);

@@ -11,6 +11,7 @@
 #include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/json_describe.h"
 
 namespace sbp {
 namespace {
@@ -26,15 +27,6 @@ constexpr int64_t kMaxPositions = int64_t{1} << 26;
 // 4.4e12 parameters (17.6 TB in f32): far beyond any dense model, far below
 // int64 when multiplied by the bytes of weights, gradients and Adam moments.
 constexpr int64_t kMaxParameters = int64_t{1} << 42;
-
-// A short description of a JSON value for error messages (never dumps a
-// whole array or object).
-std::string Describe(const Json& value) {
-  if (value.is_object() || value.is_array()) return std::string(value.type_name());
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return absl::StrCat(value.type_name(), " ", text);
-}
 
 // Reads typed fields of one JSON object and prefixes errors with the source.
 class FieldReader {
@@ -72,7 +64,7 @@ class FieldReader {
 
   absl::StatusOr<int64_t> AsInt(absl::string_view key, const Json& value) const {
     if (!value.is_number_integer()) {
-      return Error(key, absl::StrCat("must be an integer (got ", Describe(value), ")"));
+      return Error(key, absl::StrCat("must be an integer (got ", DescribeJsonValue(value), ")"));
     }
     if (value.is_number_unsigned() &&
         value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -100,7 +92,7 @@ class FieldReader {
 
   absl::StatusOr<double> AsNumber(absl::string_view key, const Json& value) const {
     if (!value.is_number()) {
-      return Error(key, absl::StrCat("must be a number (got ", Describe(value), ")"));
+      return Error(key, absl::StrCat("must be a number (got ", DescribeJsonValue(value), ")"));
     }
     return value.get<double>();
   }
@@ -109,7 +101,8 @@ class FieldReader {
     const Json* value = Get(key);
     if (value == nullptr) return default_value;
     if (!value->is_boolean()) {
-      return Error(key, absl::StrCat("must be true or false (got ", Describe(*value), ")"));
+      return Error(key,
+                   absl::StrCat("must be true or false (got ", DescribeJsonValue(*value), ")"));
     }
     return value->get<bool>();
   }
@@ -122,7 +115,7 @@ class FieldReader {
       return Error(key, "is required");
     }
     if (!value->is_string()) {
-      return Error(key, absl::StrCat("must be a string (got ", Describe(*value), ")"));
+      return Error(key, absl::StrCat("must be a string (got ", DescribeJsonValue(*value), ")"));
     }
     return value->get<std::string>();
   }
@@ -157,15 +150,15 @@ absl::StatusOr<Architecture> DetectArchitecture(const FieldReader& fields) {
   std::string model_type;
   if (const Json* list = fields.Get("architectures")) {
     if (!list->is_array()) {
-      return fields.Error("architectures",
-                          absl::StrCat("must be a list of strings (got ", Describe(*list), ")"));
+      return fields.Error("architectures", absl::StrCat("must be a list of strings (got ",
+                                                        DescribeJsonValue(*list), ")"));
     }
     if (!list->empty()) {
       const Json& first = list->front();
       if (!first.is_string()) {
         return fields.Error("architectures", absl::StrCat("must be a list of strings (got an "
                                                           "element ",
-                                                          Describe(first), ")"));
+                                                          DescribeJsonValue(first), ")"));
       }
       class_name = first.get<std::string>();
       for (const ArchitectureNames& a : kArchitectures) {
@@ -225,14 +218,14 @@ absl::Status CheckUnsupported(const FieldReader& fields, Architecture architectu
   }
   if (const Json* layer_types = fields.Get("layer_types")) {
     if (!layer_types->is_array()) {
-      return fields.Error("layer_types",
-                          absl::StrCat("must be a list (got ", Describe(*layer_types), ")"));
+      return fields.Error("layer_types", absl::StrCat("must be a list (got ",
+                                                      DescribeJsonValue(*layer_types), ")"));
     }
     for (size_t i = 0; i < layer_types->size(); ++i) {
       const Json& type = (*layer_types)[i];
       if (!type.is_string() || type.get<std::string>() != "full_attention") {
         return fields.Error("layer_types",
-                            absl::StrCat("has ", Describe(type), " at index ", i,
+                            absl::StrCat("has ", DescribeJsonValue(type), " at index ", i,
                                          ": only 'full_attention' layers are supported"));
       }
     }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/json_describe.h"
 
 namespace sbp {
 namespace {
@@ -16,13 +17,6 @@ using Json = nlohmann::json;
 
 // Same bound as max_position_embeddings (model_config.cc).
 constexpr int64_t kMaxOriginalPositions = int64_t{1} << 26;
-
-std::string Describe(const Json& value) {
-  if (value.is_object() || value.is_array()) return std::string(value.type_name());
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return absl::StrCat(value.type_name(), " ", text);
-}
 
 // Reads the fields of one RoPE object; errors name "<object>.<field>".
 class RopeFields {
@@ -49,7 +43,7 @@ class RopeFields {
     const Json* value = Get(key);
     if (value == nullptr) return std::optional<double>();
     if (!value->is_number()) {
-      return Error(key, absl::StrCat("must be a number (got ", Describe(*value), ")"));
+      return Error(key, absl::StrCat("must be a number (got ", DescribeJsonValue(*value), ")"));
     }
     const double number = value->get<double>();
     if (!std::isfinite(number)) return Error(key, "must be finite");
@@ -72,7 +66,7 @@ class RopeFields {
     const Json* value = Get(key);
     if (value == nullptr) return std::optional<int64_t>();
     if (!value->is_number_integer()) {
-      return Error(key, absl::StrCat("must be an integer (got ", Describe(*value), ")"));
+      return Error(key, absl::StrCat("must be an integer (got ", DescribeJsonValue(*value), ")"));
     }
     if (value->is_number_unsigned() ? value->get<uint64_t>() > kMaxOriginalPositions
                                     : value->get<int64_t>() > kMaxOriginalPositions) {
@@ -88,7 +82,8 @@ class RopeFields {
     const Json* value = Get(key);
     if (value == nullptr) return std::optional<bool>();
     if (!value->is_boolean()) {
-      return Error(key, absl::StrCat("must be true or false (got ", Describe(*value), ")"));
+      return Error(key,
+                   absl::StrCat("must be true or false (got ", DescribeJsonValue(*value), ")"));
     }
     return std::optional<bool>(value->get<bool>());
   }
@@ -105,7 +100,8 @@ absl::StatusOr<RopeType> ParseType(const RopeFields& fields) {
   for (const char* key : {"type", "rope_type"}) {
     if (const Json* value = fields.Get(key)) {
       if (!value->is_string()) {
-        return fields.Error(key, absl::StrCat("must be a string (got ", Describe(*value), ")"));
+        return fields.Error(key,
+                            absl::StrCat("must be a string (got ", DescribeJsonValue(*value), ")"));
       }
       name = value->get<std::string>();
     }
@@ -168,8 +164,9 @@ absl::StatusOr<std::pair<const Json*, const char*>> ChooseRopeObject(const Json&
     auto it = root.find(key);
     if (it == root.end() || it->is_null()) continue;
     if (!it->is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": field '", key, "' must be an object or null (got ", Describe(*it), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(source, ": field '", key,
+                                                     "' must be an object or null (got ",
+                                                     DescribeJsonValue(*it), ")"));
     }
     if (std::string(key) == "rope_scaling" && it->empty()) continue;
     chosen = &*it;
@@ -199,8 +196,8 @@ absl::StatusOr<RopeSettings> ParseRopeSettings(const Json& root, int64_t max_pos
   RopeSettings settings;
   if (auto it = root.find("rope_theta"); it != root.end() && !it->is_null()) {
     if (!it->is_number()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": field 'rope_theta' must be a number (got ", Describe(*it), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": field 'rope_theta' must be a number (got ", DescribeJsonValue(*it), ")"));
     }
     settings.theta = it->get<double>();
   }
@@ -240,7 +237,7 @@ absl::StatusOr<RopeSettings> ParseRopeSettings(const Json& root, int64_t max_pos
         top->get<int64_t>() > kMaxOriginalPositions) {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": field 'original_max_position_embeddings' must be an integer in [1, ",
-          kMaxOriginalPositions, "] (got ", Describe(*top), ")"));
+          kMaxOriginalPositions, "] (got ", DescribeJsonValue(*top), ")"));
     }
     original = top->get<int64_t>();
   } else {

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/model/file_util.h"
+#include "worker/model/json_describe.h"
 
 namespace sbp {
 
@@ -43,13 +44,6 @@ constexpr DTypeEntry kDTypes[] = {
 std::string Quote(absl::string_view text) {
   if (text.size() > 200) return absl::StrCat("'", text.substr(0, 197), "...'");
   return absl::StrCat("'", text, "'");
-}
-
-std::string Describe(const Json& value) {
-  if (value.is_object() || value.is_array()) return std::string(value.type_name());
-  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return absl::StrCat(value.type_name(), " ", text);
 }
 
 // A non-negative JSON integer.
@@ -123,14 +117,14 @@ absl::StatusOr<SafetensorsTensorInfo> ParseEntry(const std::string& name, const 
         absl::StrCat(source, ": tensor ", Quote(name), ": ", message));
   };
   if (!entry.is_object())
-    return error(absl::StrCat("entry must be an object (got ", Describe(entry), ")"));
+    return error(absl::StrCat("entry must be an object (got ", DescribeJsonValue(entry), ")"));
   SafetensorsTensorInfo info;
   info.name = name;
 
   auto dtype_it = entry.find("dtype");
   if (dtype_it == entry.end()) return error("missing 'dtype'");
   if (!dtype_it->is_string()) {
-    return error(absl::StrCat("'dtype' must be a string (got ", Describe(*dtype_it), ")"));
+    return error(absl::StrCat("'dtype' must be a string (got ", DescribeJsonValue(*dtype_it), ")"));
   }
   const std::string dtype_name = dtype_it->get<std::string>();
   const DTypeEntry* dtype = nullptr;
@@ -146,7 +140,7 @@ absl::StatusOr<SafetensorsTensorInfo> ParseEntry(const std::string& name, const 
   auto shape_it = entry.find("shape");
   if (shape_it == entry.end()) return error("missing 'shape'");
   if (!shape_it->is_array()) {
-    return error(absl::StrCat("'shape' must be a list (got ", Describe(*shape_it), ")"));
+    return error(absl::StrCat("'shape' must be a list (got ", DescribeJsonValue(*shape_it), ")"));
   }
   uint64_t nonzero_product = 1;
   bool has_zero = false;
@@ -155,7 +149,7 @@ absl::StatusOr<SafetensorsTensorInfo> ParseEntry(const std::string& name, const 
     uint64_t value = 0;
     if (!AsUnsigned(dim, &value)) {
       return error(absl::StrCat("'shape' element ", i, " must be a non-negative integer (got ",
-                                Describe(dim), ")"));
+                                DescribeJsonValue(dim), ")"));
     }
     if (value == 0) {
       has_zero = true;
@@ -243,14 +237,14 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view heade
     if (it.key() == "__metadata__") {
       if (it->is_null()) continue;
       if (!it->is_object()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(source, ": __metadata__ must be an object (got ", Describe(*it), ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": __metadata__ must be an object (got ", DescribeJsonValue(*it), ")"));
       }
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) {
           return absl::InvalidArgumentError(
               absl::StrCat(source, ": __metadata__ must map strings to strings (key ",
-                           Quote(m.key()), " has ", Describe(*m), ")"));
+                           Quote(m.key()), " has ", DescribeJsonValue(*m), ")"));
         }
         header.metadata[m.key()] = m->get<std::string>();
       }
@@ -562,7 +556,7 @@ absl::StatusOr<ShardedSafetensors> ShardedSafetensors::OpenIndex(const std::stri
   for (auto it = map->begin(); it != map->end(); ++it) {
     if (!it->is_string()) {
       return error(absl::StrCat("weight_map entry ", Quote(it.key()), " must be a file name (got ",
-                                Describe(*it), ")"));
+                                DescribeJsonValue(*it), ")"));
     }
     const std::string file = it->get<std::string>();
     const std::filesystem::path file_path(file);

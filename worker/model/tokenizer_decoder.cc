@@ -12,6 +12,7 @@
 #include "common/input_limits.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/model/json_describe.h"
 
 namespace sbp {
 namespace {
@@ -75,21 +76,9 @@ std::string CleanUpTokenization(std::string text) {
   return text;
 }
 
-// A short description of a JSON value for messages (never a whole object).
-std::string Describe(const Json& value) {
-  if (value.is_object() || value.is_array()) return std::string(value.type_name());
-  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (text.size() > 40) {
-    size_t cut = 37;  // not inside a UTF-8 character
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    text = text.substr(0, cut) + "...";
-  }
-  return absl::StrCat(value.type_name(), " ", text);
-}
-
 // A token string for messages, cut short.
-std::string Quote(absl::string_view token) {
-  return Describe(Json(std::string(token.substr(0, 64))));
+std::string QuoteToken(absl::string_view token) {
+  return DescribeJsonValue(Json(std::string(token.substr(0, 64))));
 }
 
 absl::StatusOr<Json> ParseJson(absl::string_view text, absl::string_view source) {
@@ -125,8 +114,8 @@ const Json* Field(const Json& object, const char* key) {
 absl::StatusOr<int32_t> TokenIdValue(const Json& value, absl::string_view source,
                                      absl::string_view where) {
   if (!value.is_number_integer()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": ", where, " must be an integer id (got ", Describe(value), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ", where, " must be an integer id (got ", DescribeJsonValue(value), ")"));
   }
   const bool in_range =
       value.is_number_unsigned()
@@ -149,7 +138,7 @@ bool IsByteLevel(const Json& decoder) {
 std::string DescribeDecoder(const Json& decoder) {
   if (!decoder.is_object()) return absl::StrCat("a JSON ", decoder.type_name());
   const Json* type = Field(decoder, "type");
-  return type == nullptr ? "without a 'type'" : Describe(*type);
+  return type == nullptr ? "without a 'type'" : DescribeJsonValue(*type);
 }
 
 absl::Status CheckDecoder(const Json& root, absl::string_view source) {
@@ -192,8 +181,9 @@ absl::StatusOr<bool> CleanUpFromConfig(absl::string_view config_json, absl::stri
         "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"}) {
     const Json* value = Field(config, key);
     if (value != nullptr && !value->is_boolean()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": field '", key, "' must be true or false (got ", Describe(*value), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(source, ": field '", key,
+                                                     "' must be true or false (got ",
+                                                     DescribeJsonValue(*value), ")"));
     }
     both = both && value != nullptr && value->get<bool>();
   }
@@ -281,9 +271,10 @@ absl::StatusOr<TokenizerDecoder> TokenizerDecoder::Parse(absl::string_view token
   if (model == nullptr || !model->is_object()) return error("has no 'model' object");
   const Json* type = Field(*model, "type");
   if (type != nullptr) {
-    if (!type->is_string()) return error("model.type must be a string (got ", Describe(*type), ")");
+    if (!type->is_string())
+      return error("model.type must be a string (got ", DescribeJsonValue(*type), ")");
     if (type->get<std::string>() != "BPE") {
-      return error("model.type is ", Describe(*type),
+      return error("model.type is ", DescribeJsonValue(*type),
                    "; only byte-level BPE (\"BPE\") is supported");
     }
   } else if (Field(*model, "merges") == nullptr) {  // old files name BPE by its fields
@@ -292,8 +283,8 @@ absl::StatusOr<TokenizerDecoder> TokenizerDecoder::Parse(absl::string_view token
   const Json* vocab = Field(*model, "vocab");
   if (vocab == nullptr) return error("has no model.vocab");
   if (!vocab->is_object() || vocab->empty()) {
-    return error("model.vocab must be a non-empty object of token -> id (got ", Describe(*vocab),
-                 ")");
+    return error("model.vocab must be a non-empty object of token -> id (got ",
+                 DescribeJsonValue(*vocab), ")");
   }
   RETURN_IF_ERROR(CheckDecoder(root, source));
 
@@ -305,11 +296,12 @@ absl::StatusOr<TokenizerDecoder> TokenizerDecoder::Parse(absl::string_view token
   out.vocab_ids_.reserve(vocab->size());
   int64_t max_id = -1;
   for (const auto& [token, value] : vocab->items()) {
-    ASSIGN_OR_RETURN(int32_t id,
-                     TokenIdValue(value, source, absl::StrCat("model.vocab[", Quote(token), "]")));
+    ASSIGN_OR_RETURN(
+        int32_t id,
+        TokenIdValue(value, source, absl::StrCat("model.vocab[", QuoteToken(token), "]")));
     if (!strings.try_emplace(id, token).second) {
-      return error("model.vocab gives id ", id, " to two tokens (", Quote(strings[id]), " and ",
-                   Quote(token), ")");
+      return error("model.vocab gives id ", id, " to two tokens (", QuoteToken(strings[id]),
+                   " and ", QuoteToken(token), ")");
     }
     out.vocab_ids_.emplace(token, id);
     max_id = std::max<int64_t>(max_id, id);
@@ -318,14 +310,14 @@ absl::StatusOr<TokenizerDecoder> TokenizerDecoder::Parse(absl::string_view token
   absl::flat_hash_set<std::string> special_contents;
   if (const Json* added = Field(root, "added_tokens"); added != nullptr) {
     if (!added->is_array()) {
-      return error("added_tokens must be a list (got ", Describe(*added), ")");
+      return error("added_tokens must be a list (got ", DescribeJsonValue(*added), ")");
     }
     absl::flat_hash_set<int32_t> added_seen;
     for (size_t i = 0; i < added->size(); ++i) {
       const Json& entry = (*added)[i];
       const std::string where = absl::StrCat("added_tokens[", i, "]");
       if (!entry.is_object()) {
-        return error(where, " must be an object (got ", Describe(entry), ")");
+        return error(where, " must be an object (got ", DescribeJsonValue(entry), ")");
       }
       const Json* id_value = Field(entry, "id");
       const Json* content = Field(entry, "content");
@@ -337,7 +329,8 @@ absl::StatusOr<TokenizerDecoder> TokenizerDecoder::Parse(absl::string_view token
       if (!added_seen.insert(id).second) return error(where, " repeats id ", id);
       if (const Json* flag = Field(entry, "special"); flag != nullptr) {
         if (!flag->is_boolean()) {
-          return error(where, ".special must be true or false (got ", Describe(*flag), ")");
+          return error(where, ".special must be true or false (got ", DescribeJsonValue(*flag),
+                       ")");
         }
         if (flag->get<bool>()) special_contents.insert(content->get<std::string>());
       }
