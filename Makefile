@@ -31,7 +31,8 @@ build: configure
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
-demo-build: bootstrap
+demo-build:
+	@scripts/bootstrap --demo
 	@cmake -S . -B $(DEMO_BUILD_DIR) -G Ninja -DSBP_CUDA=$(DEMO_CUDA) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 >/dev/null
 	@cmake --build $(DEMO_BUILD_DIR) -j $(JOBS) --target $(DEMO_TARGETS)
 
