@@ -40,14 +40,16 @@ grpc::Status RendezvousServiceImpl::Set(grpc::ServerContext* context,
 grpc::Status RendezvousServiceImpl::Get(grpc::ServerContext* context,
                                         const v1::GetKeyRequest* request,
                                         v1::GetKeyResponse* response) {
-  return guard_->Run(*context, Role::kWorker, kRendezvousGet, [&](const Identity& caller) -> absl::Status {
-    RETURN_IF_ERROR(CheckKey(request->key(), "key"));
-    RETURN_IF_ERROR(manager_->CheckRendezvousScope(request->scope(), request->worker_id(), caller));
-    std::optional<std::string> value = store_->Get(request->scope(), request->key());
-    response->set_found(value.has_value());
-    if (value) response->set_value(std::move(*value));
-    return absl::OkStatus();
-  });
+  return guard_->Run(
+      *context, Role::kWorker, kRendezvousGet, [&](const Identity& caller) -> absl::Status {
+        RETURN_IF_ERROR(CheckKey(request->key(), "key"));
+        RETURN_IF_ERROR(
+            manager_->CheckRendezvousScope(request->scope(), request->worker_id(), caller));
+        std::optional<std::string> value = store_->Get(request->scope(), request->key());
+        response->set_found(value.has_value());
+        if (value) response->set_value(std::move(*value));
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status RendezvousServiceImpl::Wait(grpc::ServerContext* context,
