@@ -50,12 +50,12 @@ void EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tensor& dtable) {
   CheckEmbeddingArgs(dtable, ids, dout, "dtable", "dout");
   const int64_t tokens = ids.numel();
   const int64_t hidden = dtable.dim(1);
-  const float* g = dout.data<float>();
-  const int32_t* id = ids.data<int32_t>();
-  float* acc = dtable.data<float>();
-  // Each thread owns a contiguous range of columns (a multiple of 16 floats,
-  // one cache line) and adds the tokens in order: every element is summed in
-  // the same order whatever the number of threads.
+  AccumulateRowsInOrder(dout.data<float>(), ids.data<int32_t>(), tokens, hidden,
+                        dtable.data<float>());
+}
+
+void AccumulateRowsInOrder(const float* dout, const int32_t* rows, int64_t tokens, int64_t hidden,
+                           float* acc) {
 #pragma omp parallel if (tokens * hidden >= kParallelMinElements)
   {
     const int64_t threads = omp_get_num_threads();
@@ -64,8 +64,8 @@ void EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tensor& dtable) {
     const int64_t c1 = std::min(hidden, c0 + width);
     if (c0 < c1) {
       for (int64_t t = 0; t < tokens; ++t) {
-        const float* src = g + t * hidden;
-        float* dst = acc + static_cast<int64_t>(id[t]) * hidden;
+        const float* src = dout + t * hidden;
+        float* dst = acc + static_cast<int64_t>(rows[t]) * hidden;
         for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
       }
     }

@@ -11,11 +11,22 @@
 // thread in token order: race-free and independent of the thread count.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/tensor.h"
 
 namespace sbp::cpu {
 
 void EmbeddingForward(const Tensor& table, const Tensor& ids, Tensor& out);
 void EmbeddingBackward(const Tensor& ids, const Tensor& dout, Tensor& dtable);
+
+// The backward's summation: acc[rows[t], :] += dout[t, :] for t in order,
+// each thread owning a range of columns (a multiple of 16 floats), so every
+// element is summed in token order whatever the thread count. `rows` are
+// already checked against acc's row count; acc has `hidden` columns. Shared
+// by the dense table gradient and the row-set one (embedding_rows.h), which
+// must sum in the same order to stay bit-identical.
+void AccumulateRowsInOrder(const float* dout, const int32_t* rows, int64_t tokens, int64_t hidden,
+                           float* acc);
 
 }  // namespace sbp::cpu

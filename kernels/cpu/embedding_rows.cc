@@ -1,13 +1,12 @@
 #include "kernels/cpu/embedding_rows.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <climits>
 #include <cstring>
 #include <utility>
 
 #include "common/status_macros.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/op_checks.h"
 
 namespace sbp::cpu {
@@ -61,24 +60,8 @@ absl::Status EmbeddingRowGradient::Accumulate(const Tensor& ids, const Tensor& d
   for (int64_t t = 0; t < tokens; ++t) slot[t] = SlotOf(id[t]);
   if (tokens == 0) return absl::OkStatus();
 
-  const float* g = dout.data<float>();
-  float* acc = values_.data<float>();
-  // As cpu::EmbeddingBackward: each thread owns a range of columns (a
-  // multiple of 16 floats) and adds the tokens in order.
-#pragma omp parallel if (tokens * H >= kParallelMinElements)
-  {
-    const int64_t threads = omp_get_num_threads();
-    const int64_t width = (H + threads * 16 - 1) / (threads * 16) * 16;
-    const int64_t c0 = std::min(H, omp_get_thread_num() * width);
-    const int64_t c1 = std::min(H, c0 + width);
-    if (c0 < c1) {
-      for (int64_t t = 0; t < tokens; ++t) {
-        const float* src = g + t * H;
-        float* dst = acc + static_cast<int64_t>(slot[t]) * H;
-        for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
-      }
-    }
-  }
+  // In cpu::EmbeddingBackward's order (one summation for both).
+  AccumulateRowsInOrder(dout.data<float>(), slot.data(), tokens, H, values_.data<float>());
   return absl::OkStatus();
 }
 
