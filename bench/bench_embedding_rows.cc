@@ -18,11 +18,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "client/cli_common.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/embedding_rows.h"
 #include "kernels/cpu/openblas_core.h"
@@ -38,17 +38,6 @@ namespace sbp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// VmHWM of this process, reset by writing 5 to clear_refs.
-int64_t PeakRss() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 std::vector<TokenSequence> Sequence(const ModelConfig& config, int64_t T) {
   TokenSequence s;
@@ -96,12 +85,12 @@ void ForwardBackward(const ModelConfig& config, CpuAllocator& allocator, CpuBack
   if (rows) row_set->Clear();
   const int64_t fixed = allocator.current_bytes();
   allocator.ResetPeak();
-  ResetPeakRss();
+  cli::ResetPeakRss();
   const auto start = Clock::now();
   CHECK_OK(SftForwardBackward(engine, w, batch, g).status());
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  Print("forward_backward", rows, preset, T, allocator.peak_bytes(), fixed, PeakRss(), seconds,
-        rows ? row_set->rows() : config.vocab_size);
+  Print("forward_backward", rows, preset, T, allocator.peak_bytes(), fixed, cli::PeakRssBytes(),
+        seconds, rows ? row_set->rows() : config.vocab_size);
 }
 
 // ZeroGradients, forward + backward, FinishBackward, norm, AdamW.
@@ -129,11 +118,12 @@ void TrainStep(const ModelConfig& config, CpuAllocator& allocator, CpuBackend& b
   step(1);  // warm-up
   const int64_t fixed = allocator.current_bytes();
   allocator.ResetPeak();
-  ResetPeakRss();
+  cli::ResetPeakRss();
   const auto start = Clock::now();
   step(2);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  Print("train_step", rows, preset, T, allocator.peak_bytes(), fixed, PeakRss(), seconds, -1);
+  Print("train_step", rows, preset, T, allocator.peak_bytes(), fixed, cli::PeakRssBytes(), seconds,
+        -1);
 }
 
 int Main(int argc, char** argv) {

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cli_common.h"
 #include "common/bearer_token.h"
 #include "common/status_macros.h"
 #include "worker/agent/coordinator_channel.h"
@@ -182,6 +183,16 @@ int ReportRpcError(const std::string& command, const absl::Status& status) {
     default:
       return 1;
   }
+}
+
+std::unique_ptr<CoordinatorClient> ConnectOrReport(const GlobalOptions& global,
+                                                   const std::string& command, int* code) {
+  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(global);
+  if (!client.ok()) {
+    *code = ReportError(command, client.status());
+    return nullptr;
+  }
+  return *std::move(client);
 }
 
 }  // namespace sbp::cli

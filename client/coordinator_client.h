@@ -81,4 +81,9 @@ std::string NewRequestId();
 // other failed RPC.
 int ReportRpcError(const std::string& command, const absl::Status& status);
 
+// Connect(global), or prints why not as `sbp <command>: ...` and returns
+// nullptr with *code set to the exit code (the job verbs' common opening).
+std::unique_ptr<CoordinatorClient> ConnectOrReport(const GlobalOptions& global,
+                                                   const std::string& command, int* code);
+
 }  // namespace sbp::cli

@@ -111,17 +111,6 @@ struct JobArgs {
 
 bool Json(const JobArgs& args) { return args.output == "json"; }
 
-// Connects or prints why not; nullptr then, with *code set.
-std::unique_ptr<CoordinatorClient> ConnectOrReport(const GlobalOptions& global,
-                                                   const std::string& command, int* code) {
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(global);
-  if (!client.ok()) {
-    *code = ReportError(command, client.status());
-    return nullptr;
-  }
-  return *std::move(client);
-}
-
 int Submit(const GlobalOptions& global, const JobArgs& args) {
   absl::StatusOr<std::string> spec = ReadJobSpecWithOverrides(args.spec_path, args.overrides);
   if (!spec.ok()) return ReportError("submit", spec.status());

@@ -56,16 +56,6 @@ void ReportDropped(const char* command, const OutputKept& kept, bool metrics) {
   }
 }
 
-std::unique_ptr<CoordinatorClient> ConnectOrReport(const GlobalOptions& global,
-                                                   const std::string& command, int* code) {
-  absl::StatusOr<std::unique_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(global);
-  if (!client.ok()) {
-    *code = ReportError(command, client.status());
-    return nullptr;
-  }
-  return *std::move(client);
-}
-
 int Metrics(const GlobalOptions& global, const OutputArgs& args) {
   if (args.output == "csv" && args.follow) {
     return ReportError("metrics", absl::InvalidArgumentError(

@@ -13,6 +13,15 @@ namespace {
 // Past this stride a rank keeps only its line 0, which always fits.
 constexpr int64_t kMaxStride = int64_t{1} << 40;
 
+// Binds a batch's stream key (job, kind, attempt, rank) as parameters 1-4,
+// the leading key columns of job_output and job_output_ranks.
+sqlite::Statement& BindStream(sqlite::Statement& s, const OutputBatch& batch) {
+  return s.Bind(1, batch.job_id)
+      .Bind(2, int64_t{static_cast<int>(batch.kind)})
+      .Bind(3, int64_t{batch.attempt})
+      .Bind(4, int64_t{batch.rank});
+}
+
 bool OverCaps(const OutputSummary& s, const OutputCaps& caps) {
   return s.lines > caps.max_lines || s.bytes > caps.max_bytes;
 }
@@ -24,10 +33,7 @@ absl::StatusOr<OutputSummary> Store::LoadOutputSummary(const OutputBatch& batch)
                    Prepared("SELECT next_line, lines, bytes, dropped, stride FROM job_output_ranks "
                             "WHERE job_id = ? AND kind = ? AND attempt = ? AND rank = ?",
                             "reading a job's output state"));
-  s->Bind(1, batch.job_id)
-      .Bind(2, int64_t{static_cast<int>(batch.kind)})
-      .Bind(3, int64_t{batch.attempt})
-      .Bind(4, int64_t{batch.rank});
+  BindStream(*s, batch);
   OutputSummary summary;
   summary.attempt = batch.attempt;
   summary.rank = batch.rank;
@@ -51,10 +57,7 @@ absl::Status Store::SaveOutputSummary(const OutputBatch& batch, const OutputSumm
                "ON CONFLICT (job_id, kind, attempt, rank) DO UPDATE SET next_line = ?5, "
                "lines = ?6, bytes = ?7, dropped = ?8, stride = ?9",
                "saving a job's output state"));
-  s->Bind(1, batch.job_id)
-      .Bind(2, int64_t{static_cast<int>(batch.kind)})
-      .Bind(3, int64_t{batch.attempt})
-      .Bind(4, int64_t{batch.rank})
+  BindStream(*s, batch)
       .Bind(5, summary.next_line)
       .Bind(6, summary.lines)
       .Bind(7, summary.bytes)
@@ -69,10 +72,7 @@ absl::Status Store::CountOutput(const OutputBatch& batch, OutputSummary& summary
                             "FROM job_output WHERE job_id = ? AND kind = ? AND attempt = ? AND "
                             "rank = ?",
                             "counting a job's output"));
-  s->Bind(1, batch.job_id)
-      .Bind(2, int64_t{static_cast<int>(batch.kind)})
-      .Bind(3, int64_t{batch.attempt})
-      .Bind(4, int64_t{batch.rank});
+  BindStream(*s, batch);
   ASSIGN_OR_RETURN(bool row, s->Step());
   summary.lines = row ? s->ColumnInt(0) : 0;
   summary.bytes = row ? s->ColumnInt(1) : 0;
@@ -82,7 +82,6 @@ absl::Status Store::CountOutput(const OutputBatch& batch, OutputSummary& summary
 
 absl::Status Store::ShrinkOutput(const OutputBatch& batch, const OutputCaps& caps,
                                  OutputSummary& summary) {
-  const int64_t kind = static_cast<int>(batch.kind);
   if (batch.kind == OutputKind::kMetrics) {
     // Thinning: keep the lines numbered a multiple of the doubled stride.
     while (OverCaps(summary, caps) && summary.stride < kMaxStride) {
@@ -91,11 +90,7 @@ absl::Status Store::ShrinkOutput(const OutputBatch& batch, const OutputCaps& cap
                        Prepared("DELETE FROM job_output WHERE job_id = ? AND kind = ? AND "
                                 "attempt = ? AND rank = ? AND line_no % ? != 0",
                                 "thinning a job's metrics"));
-      s->Bind(1, batch.job_id)
-          .Bind(2, kind)
-          .Bind(3, int64_t{batch.attempt})
-          .Bind(4, int64_t{batch.rank})
-          .Bind(5, summary.stride);
+      BindStream(*s, batch).Bind(5, summary.stride);
       RETURN_IF_ERROR(s->Run());
       summary.dropped += db_->Changes();
       RETURN_IF_ERROR(CountOutput(batch, summary));
@@ -111,10 +106,7 @@ absl::Status Store::ShrinkOutput(const OutputBatch& batch, const OutputCaps& cap
                               "WHERE job_id = ? AND kind = ? AND attempt = ? AND rank = ? "
                               "ORDER BY cursor",
                               "reading a job's log line sizes"));
-    s->Bind(1, batch.job_id)
-        .Bind(2, kind)
-        .Bind(3, int64_t{batch.attempt})
-        .Bind(4, int64_t{batch.rank});
+    BindStream(*s, batch);
     while (true) {
       ASSIGN_OR_RETURN(bool row, s->Step());
       if (!row) break;
@@ -140,12 +132,7 @@ absl::Status Store::ShrinkOutput(const OutputBatch& batch, const OutputCaps& cap
                    Prepared("DELETE FROM job_output WHERE job_id = ? AND kind = ? AND "
                             "attempt = ? AND rank = ? AND cursor >= ? AND cursor <= ?",
                             "dropping a job's oldest log lines"));
-  s->Bind(1, batch.job_id)
-      .Bind(2, kind)
-      .Bind(3, int64_t{batch.attempt})
-      .Bind(4, int64_t{batch.rank})
-      .Bind(5, rows[head].first)
-      .Bind(6, rows[end - 1].first);
+  BindStream(*s, batch).Bind(5, rows[head].first).Bind(6, rows[end - 1].first);
   RETURN_IF_ERROR(s->Run());
   summary.dropped += static_cast<int64_t>(end - head);
   summary.lines = lines;
@@ -175,10 +162,7 @@ absl::Status Store::AppendOutput(const std::vector<OutputBatch>& batches,
           Prepared("INSERT INTO job_output (job_id, kind, attempt, rank, line_no, step, time_us, "
                    "text) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                    "storing a job's output"));
-      s->Bind(1, batch.job_id)
-          .Bind(2, int64_t{static_cast<int>(batch.kind)})
-          .Bind(3, int64_t{batch.attempt})
-          .Bind(4, int64_t{batch.rank})
+      BindStream(*s, batch)
           .Bind(5, number)
           .Bind(6, i < batch.steps.size() ? batch.steps[i] : int64_t{0})
           .Bind(7, absl::ToUnixMicros(now))

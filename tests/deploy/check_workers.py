@@ -25,31 +25,11 @@ import argparse
 import re
 import sys
 
-import yaml
+# The manifests' documents and a container's sbp-worker command lines, read
+# as the security check reads them.
+from check_security import load, worker_runs
 
 GPU = "nvidia.com/gpu"
-
-
-def load(path):
-    with open(path) as f:
-        return [d for d in yaml.safe_load_all(f) if d]
-
-
-def worker_runs(container):
-    """The sbp-worker argument lists a container runs (see check_security.py)."""
-    command, args = container.get("command", []), container.get("args", [])
-    if command[:1] == ["sbp-worker"]:
-        return [args]
-    if command and command[-1].endswith("/sbp-workers"):
-        runs, current = [], []
-        for a in args + ["---"]:
-            if a == "---":
-                runs.append(current)
-                current = []
-            else:
-                current.append(a)
-        return [r[1:] for r in runs if r[:1] == ["sbp-worker"]]
-    return []
 
 
 def flag(args, name):

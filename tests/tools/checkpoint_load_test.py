@@ -20,7 +20,6 @@ transformers, peft) and a built sbp ($SBP_CLI, default build/bin/sbp).
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import unittest
 
@@ -35,8 +34,8 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SBP = os.path.abspath(os.environ.get("SBP_CLI", os.path.join(ROOT, "build", "bin", "sbp")))
+from sbp_cli import ROOT, run  # noqa: E402
+
 DATA = os.path.join(ROOT, "examples", "data", "tiny-chat.tokens.jsonl")
 TOKENIZER = os.path.join(ROOT, "tests", "tokenizer", "tiny-bpe")
 
@@ -57,13 +56,6 @@ MODEL_FILES = {"config.json", "model.safetensors", "generation_config.json", "to
                "tokenizer_config.json"}
 ADAPTER_FILES = {"adapter_config.json", "adapter_model.safetensors", "generation_config.json",
                  "tokenizer.json", "tokenizer_config.json"}
-
-
-def run(args, cwd):
-    result = subprocess.run([SBP] + args, cwd=cwd, capture_output=True, text=True, timeout=300)
-    if result.returncode != 0:
-        raise AssertionError(f"sbp {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
-    return result
 
 
 class CheckpointLoadTest(unittest.TestCase):

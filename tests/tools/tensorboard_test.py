@@ -19,14 +19,12 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import tempfile
 import unittest
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SBP = os.path.abspath(os.environ.get("SBP_CLI", os.path.join(ROOT, "build", "bin", "sbp")))
+from sbp_cli import run
 
 SPEC = """name: tracked
 objective: sft
@@ -40,13 +38,6 @@ checkpoint: {every_steps: 4, keep_last: 10}
 
 def f32(x):
     return struct.unpack("f", struct.pack("f", x))[0]
-
-
-def run(args, cwd):
-    result = subprocess.run([SBP] + args, cwd=cwd, capture_output=True, text=True, timeout=300)
-    if result.returncode != 0:
-        raise AssertionError(f"sbp {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
-    return result
 
 
 class TensorBoardTest(unittest.TestCase):
