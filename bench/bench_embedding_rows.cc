@@ -71,9 +71,7 @@ void ForwardBackward(const ModelConfig& config, CpuAllocator& allocator, CpuBack
   std::optional<cpu::EmbeddingRowGradient> row_set;
   ModelTensors g = BindModelTensors(*grads);
   if (rows) {
-    ParameterGroup& embed = grads->groups()[grads->embed_group()];
-    embed.flat = Tensor();
-    embed.tensors.assign(embed.specs.size(), Tensor());
+    grads->groups()[grads->embed_group()].Detach();
     row_set.emplace(allocator, config.vocab_size, config.hidden_size);
     g.embed = Tensor();
     g.embed_rows = &*row_set;
@@ -100,7 +98,7 @@ void TrainStep(const ModelConfig& config, CpuAllocator& allocator, CpuBackend& b
   OptimizerStateOptions options;
   options.weights = &weights;
   options.initial = &weights;
-  options.embedding_rows = rows;
+  options.embedding_row_capacity = rows ? T : 0;
   TrainSpec train;
   train.max_grad_norm = 1.0;
   auto state = CreateOptimizerState(options, backend, train, engine);

@@ -16,6 +16,7 @@
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/blas_info.h"
+#include "kernels/cpu/embedding_rows.h"
 #include "kernels/cpu/sgemm_peak.h"
 #include "kernels/matmul_peak.h"
 #include "kernels/profiling_backend.h"
@@ -27,6 +28,7 @@
 #include "worker/engine/lora_store.h"
 #include "worker/engine/offload/checkpoint_store.h"
 #include "worker/engine/parameter_store.h"
+#include "worker/engine/planner.h"
 #include "worker/train/packing.h"
 
 namespace sbp::cli {
@@ -51,6 +53,10 @@ struct BenchOptions {
   int64_t packed_docs = 0;
   int64_t separate_docs = 0;
   int64_t lora_r = 0;  // > 0: LoRA on every module (frozen base, adapter gradients)
+  // "rows": the embedding's gradient as the rows of the step's tokens where
+  // training keeps it so (EmbeddingRowCapacity: CPU, untied, full model),
+  // else dense; "dense": always the [V, H] table.
+  std::string embedding_gradient = "rows";
   // One more step per configuration after the timed ones, through a
   // ProfilingBackend: each op's calls, time and share of that step. Only the
   // listed modes and lengths when any are given.
@@ -142,6 +148,20 @@ absl::Status RunBench(const BenchOptions& o) {
                      ZeroStoreOnDevice(*adapters, backend, DType::kF32, "adapter gradients"));
   }
   ParameterStore& grads = model.grads;
+  std::optional<cpu::EmbeddingRowGradient> embed_rows;
+  if (o.embedding_gradient == "rows" && o.lora_r == 0) {
+    PlanRequest request;  // a step of one sequence, the longest
+    request.config = config;
+    request.device = gpu ? DeviceKind::kCuda : DeviceKind::kCpu;
+    request.seq_len = *absl::c_max_element(o.seq_lens);
+    request.embedding_row_sequences = 1;
+    const int64_t capacity = EmbeddingRowCapacity(request);
+    if (capacity > 0) {
+      grads.groups()[grads.embed_group()].Detach();
+      embed_rows.emplace(allocator, config.vocab_size, config.hidden_size);
+      RETURN_IF_ERROR(embed_rows->Reserve(capacity));
+    }
+  }
   const int64_t fixed_bytes = allocator.current_bytes();
   if (!o.memory.empty()) {
     ASSIGN_OR_RETURN(const int64_t budget, ParseByteSize(o.memory));
@@ -158,6 +178,7 @@ absl::Status RunBench(const BenchOptions& o) {
   ModelTensors w = BindModelTensors(weights);
   if (adapters.has_value()) AttachAdapters(*adapters, w);
   ModelTensors g = BindModelTensors(grads);
+  if (embed_rows.has_value()) g.embed_rows = &*embed_rows;
   for (const int64_t seq_len : o.seq_lens) {
     TokenSequence sequence;
     sequence.input_ids.resize(seq_len);
@@ -192,6 +213,7 @@ absl::Status RunBench(const BenchOptions& o) {
         engine.set_checkpoint_store(store.get());
         const Engine::ChunkPlan plan = engine.PlanChunks(seq_len, /*training=*/true);
         ZeroStore(grads, backend);
+        if (embed_rows.has_value()) embed_rows->Clear();
         double best = 1e30;
         int64_t untracked_rss = 0;
         BatchResult result;
@@ -205,6 +227,7 @@ absl::Status RunBench(const BenchOptions& o) {
             {"layout", o.separate_docs > 1 ? "separate" : "packed"},
             {"lora_r", o.lora_r},
             {"checkpoints", tier_name},
+            {"embedding_gradient", embed_rows.has_value() ? "rows" : "dense"},
             {"chunk_tokens", plan.chunk},
             {"logits_chunk_tokens", plan.logits_chunk}};
         if (gpu) line["device_memory_bytes"] = device_memory;
@@ -362,6 +385,13 @@ void AddBenchCommand(CLI::App& app, int* exit_code) {
                    "(repeatable, a line each; default device)")
       ->check(CLI::IsMember({"device", "host", "disk"}));
   bench->add_option("--disk-dir", o->disk_dir, "the disk tier's directory")->capture_default_str();
+  bench
+      ->add_option("--embedding-gradient", o->embedding_gradient,
+                   "rows: the embedding's gradient as the rows of the step's tokens, as training "
+                   "keeps it on the CPU for an untied full model (else dense); dense: the whole "
+                   "[vocab, hidden] table")
+      ->check(CLI::IsMember({"rows", "dense"}))
+      ->capture_default_str();
   bench->add_option("--memory", o->memory,
                     "the device allocator's budget (e.g. 2GiB): a mode that needs more reports "
                     "out_of_memory");

@@ -50,6 +50,7 @@ struct PlanOptions {
   bool bp_only = false;
   int64_t lora_r = 0;                     // > 0: a LoRA job of this rank
   int64_t packed_docs = 0;                // > 1: documents packed per sequence
+  int64_t sequences_per_step = 1;         // (DPO: pairs) the embedding gradient's row set
   std::vector<std::string> lora_modules;  // empty: all seven
   std::string output;                     // "" or "json"
   // Memory tiers.
@@ -176,6 +177,9 @@ absl::StatusOr<Parsed> Parse(const PlanOptions& o) {
   ASSIGN_OR_RETURN(r.objective, ParsePlanObjective(o.objective));
   r.optimizer_state = !o.bp_only;
   r.packed_documents = o.packed_docs;
+  // One CPU worker keeps the embedding's gradient as the step's token rows
+  // (EmbeddingRowCapacity says where); a DPO pair is two sequences.
+  r.embedding_row_sequences = o.sequences_per_step * (r.objective == PlanObjective::kDpo ? 2 : 1);
   if (o.lora_r > 0) {
     r.lora.r = o.lora_r;
     r.lora.alpha = static_cast<double>(o.lora_r);  // memory does not depend on alpha
@@ -676,6 +680,11 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   plan->add_flag("--bp-only", o->bp_only,
                  "backpropagation only: no optimizer moments or master weights (the StreamBP "
                  "paper's setup)");
+  plan->add_option("--sequences-per-step", o->sequences_per_step,
+                   "sequences per optimizer step (DPO: pairs, GRPO: completions): on one CPU "
+                   "worker the embedding's gradient is kept as their tokens' rows")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   plan->add_option("--packed-docs", o->packed_docs,
                    "documents packed per sequence (packing changes time, not memory; on CUDA "
                    "their offsets are counted)")

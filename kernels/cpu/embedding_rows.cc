@@ -36,17 +36,11 @@ absl::Status EmbeddingRowGradient::Accumulate(const Tensor& ids, const Tensor& d
   std::sort(added.begin(), added.end());
   added.erase(std::unique(added.begin(), added.end()), added.end());
   if (!added.empty()) {
-    // Grow to the exact size: old rows copied, new rows zero.
     const int64_t before = rows();
     const int64_t after = before + static_cast<int64_t>(added.size());
-    ASSIGN_OR_RETURN(Tensor grown,
-                     Tensor::Empty(*allocator_, {after, H}, DType::kF32, "embedding row gradient"));
-    float* dst = grown.data<float>();
-    if (before > 0) {
-      std::memcpy(dst, values_.data<float>(), static_cast<size_t>(before * H) * sizeof(float));
-    }
-    std::memset(dst + before * H, 0, static_cast<size_t>((after - before) * H) * sizeof(float));
-    values_ = std::move(grown);
+    if (after > capacity()) RETURN_IF_ERROR(Grow(after));
+    std::memset(values_.data<float>() + before * H, 0,
+                static_cast<size_t>((after - before) * H) * sizeof(float));
     std::vector<std::pair<int32_t, int32_t>> fresh;
     for (int32_t row : added) {
       fresh.emplace_back(row, static_cast<int32_t>(row_ids_.size()));
@@ -86,10 +80,35 @@ int32_t EmbeddingRowGradient::SlotOf(int32_t row) const {
   return it != index_.end() && it->first == row ? it->second : -1;
 }
 
+absl::Status EmbeddingRowGradient::Grow(int64_t rows_wanted) {
+  // Old rows copied; the caller zeroes the new ones.
+  ASSIGN_OR_RETURN(Tensor grown, Tensor::Empty(*allocator_, {rows_wanted, hidden_}, DType::kF32,
+                                               "embedding row gradient"));
+  if (rows() > 0) {
+    std::memcpy(grown.data<float>(), values_.data<float>(),
+                static_cast<size_t>(rows() * hidden_) * sizeof(float));
+  }
+  values_ = std::move(grown);
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingRowGradient::Reserve(int64_t capacity) {
+  CHECK(capacity >= 0 && capacity <= vocab_)
+      << "embedding row gradient: capacity " << capacity << " outside [0, " << vocab_ << "]";
+  reserved_ = std::max(capacity, rows());
+  if (reserved_ > this->capacity()) return Grow(reserved_);
+  return absl::OkStatus();
+}
+
+Tensor EmbeddingRowGradient::values() const {
+  if (!values_.defined()) return Tensor();
+  return values_.Rows(0, rows());
+}
+
 void EmbeddingRowGradient::Clear() {
   row_ids_.clear();
   index_.clear();
-  values_ = Tensor();
+  if (reserved_ == 0) values_ = Tensor();  // reserved room stays
 }
 
 }  // namespace sbp::cpu

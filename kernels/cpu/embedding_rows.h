@@ -11,10 +11,13 @@
 // parallel split is over columns, as in the dense kernel, so the result does
 // not depend on the thread count.
 //
-// The values live in one [rows, H] f32 buffer from the allocator (charged to
-// its peak); a call that brings new rows reallocates it to the exact new
-// size and appends them in ascending row order. The row index (sorted
-// (row, slot) pairs, one a stored row) stays in ordinary host memory.
+// The values live in one f32 buffer from the allocator (charged to its
+// peak), [capacity, H] of which the first `rows` are used. New rows are
+// appended in ascending row order. Reserve(capacity) allocates it once, at
+// an upper bound of the rows a step can bring (its token count), so that its
+// size is known before the step; a call that would pass the capacity
+// reallocates it to the exact new size. The row index (sorted (row, slot)
+// pairs, one a stored row) stays in ordinary host memory.
 #pragma once
 
 #include <cstdint>
@@ -41,16 +44,23 @@ class EmbeddingRowGradient {
   // zeroed table this is the dense kernel's result.
   void CopyRowsInto(Tensor& dense) const;
 
-  // Empties the set and releases the values.
+  // Allocates room for `capacity` rows at once (at most V; not below the
+  // rows held). Fails when the allocator cannot hold it.
+  absl::Status Reserve(int64_t capacity);
+
+  // Empties the set; reserved room (grown, if a step outgrew it) is kept,
+  // an unreserved buffer released.
   void Clear();
 
   int64_t vocab() const { return vocab_; }
   int64_t hidden() const { return hidden_; }
   int64_t rows() const { return static_cast<int64_t>(row_ids_.size()); }
+  int64_t capacity() const { return values_.defined() ? values_.dim(0) : 0; }
+  int64_t reserved() const { return reserved_; }
   // The table row of each stored row (in slot order).
   const std::vector<int32_t>& row_ids() const { return row_ids_; }
-  // [rows, H] f32 (undefined while the set is empty).
-  const Tensor& values() const { return values_; }
+  // [rows, H] f32 (undefined while nothing is held or reserved).
+  Tensor values() const;
 
  private:
   Allocator* allocator_;
@@ -58,10 +68,13 @@ class EmbeddingRowGradient {
   int64_t hidden_;
   // The slot of `row`, or -1.
   int32_t SlotOf(int32_t row) const;
+  // Makes room for `rows` rows, keeping the rows held.
+  absl::Status Grow(int64_t rows);
 
   std::vector<int32_t> row_ids_;
   std::vector<std::pair<int32_t, int32_t>> index_;  // (row, slot), sorted by row
-  Tensor values_;
+  Tensor values_;                                   // [capacity, H]
+  int64_t reserved_ = 0;
 };
 
 }  // namespace sbp::cpu

@@ -24,7 +24,7 @@ nlohmann::json ParseJson(const CommandResult& r) {
 TEST(PlanCli, OneConfigurationAsJsonHasThePeakAndItsBreakdown) {
   const CommandResult r = Plan(
       "--preset bench-qwen3 --seq-len 4096 --mode stream --chunk-tokens 256 "
-      "--logits-chunk-tokens 128 -o json");
+      "--logits-chunk-tokens 512 -o json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = ParseJson(r);
   ASSERT_TRUE(j.contains("peak_bytes"));
@@ -32,21 +32,39 @@ TEST(PlanCli, OneConfigurationAsJsonHasThePeakAndItsBreakdown) {
   int64_t sum = 0;
   for (const auto& [name, bytes] : j["breakdown"].items()) sum += bytes.get<int64_t>();
   EXPECT_EQ(sum, j["peak_bytes"].get<int64_t>());
-  for (const char* term : {"weights", "gradients", "optimizer_moments", "layer_inputs",
-                           "kv_buffers", "chunk_activations", "hidden_gradient", "logits"}) {
+  for (const char* term :
+       {"weights", "gradients", "optimizer_moments", "layer_inputs", "kv_buffers",
+        "chunk_activations", "hidden_gradient", "logits", "embedding_row_gradient"}) {
     EXPECT_GT(j["breakdown"].value(term, int64_t{0}), 0) << term;
   }
   EXPECT_EQ(j["chunk_tokens"], 256);
-  EXPECT_EQ(j["logits_chunk_tokens"], 128);
-  EXPECT_EQ(j["breakdown"]["logits"], int64_t{128} * 151936 * 4);
+  EXPECT_EQ(j["logits_chunk_tokens"], 512);
+  EXPECT_EQ(j["breakdown"].value("logits", int64_t{0}), int64_t{512} * 151936 * 4);
+  // On one CPU worker the embedding's gradient is the rows of the step's
+  // tokens: one sequence by default, --sequences-per-step more.
+  EXPECT_EQ(j["breakdown"].value("embedding_row_gradient", int64_t{0}), int64_t{4096} * 512 * 4);
+  const nlohmann::json eight =
+      ParseJson(Plan("--preset bench-qwen3 --seq-len 4096 --chunk-tokens 256 "
+                     "--logits-chunk-tokens 512 --sequences-per-step 8 -o json"));
+  EXPECT_EQ(eight["breakdown"].value("embedding_row_gradient", int64_t{0}),
+            int64_t{8} * 4096 * 512 * 4);
 
   // --bp-only drops the optimizer moments.
   const nlohmann::json bp = ParseJson(
-      Plan("--preset bench-qwen3 --seq-len 4096 --chunk-tokens 256 --logits-chunk-tokens 128 "
+      Plan("--preset bench-qwen3 --seq-len 4096 --chunk-tokens 256 --logits-chunk-tokens 512 "
            "--bp-only -o json"));
   EXPECT_FALSE(bp["breakdown"].contains("optimizer_moments"));
   EXPECT_EQ(j["peak_bytes"].get<int64_t>() - bp["peak_bytes"].get<int64_t>(),
-            j["breakdown"]["optimizer_moments"].get<int64_t>());
+            j["breakdown"].value("optimizer_moments", int64_t{0}));
+}
+
+// Short sequences with an optimizer peak in the update, where the dense
+// embedding gradient exists.
+TEST(PlanCli, ShortSequencesPeakInTheOptimizerUpdate) {
+  const nlohmann::json j =
+      ParseJson(Plan("--preset bench-qwen3 --seq-len 512 --logits-chunk-tokens 64 -o json"));
+  EXPECT_EQ(j["peak_phase"], "optimizer_update") << j.dump();
+  EXPECT_EQ(j["breakdown"].value("embedding_gradient", int64_t{0}), int64_t{151936} * 512 * 4);
 }
 
 TEST(PlanCli, MaxSeqLenAsJsonOrdersTheModes) {
@@ -241,9 +259,10 @@ TEST(PlanCli, AJobSpecPlansAsItsFlagsDo) {
   };
   const CommandResult job = plan("job.yaml -o json");
   ASSERT_EQ(job.exit_code, 0) << job.err;
+  // The spec's train.sequences_per_step is 8 by default.
   const CommandResult flags = plan(
       "--preset bench-qwen3 --seq-len 4096 --mode stream --chunk-tokens 256 "
-      "--logits-chunk-tokens 128 -o json");
+      "--logits-chunk-tokens 128 --sequences-per-step 8 -o json");
   ASSERT_EQ(flags.exit_code, 0) << flags.err;
   EXPECT_EQ(ParseJson(job)["peak_bytes"], ParseJson(flags)["peak_bytes"]);
 
@@ -251,7 +270,7 @@ TEST(PlanCli, AJobSpecPlansAsItsFlagsDo) {
   ASSERT_EQ(longer.exit_code, 0) << longer.err;
   const CommandResult longer_flags = plan(
       "--preset bench-qwen3 --seq-len 8192 --mode full --chunk-tokens 256 "
-      "--logits-chunk-tokens 128 -o json");
+      "--logits-chunk-tokens 128 --sequences-per-step 8 -o json");
   EXPECT_EQ(ParseJson(longer)["peak_bytes"], ParseJson(longer_flags)["peak_bytes"]);
   EXPECT_EQ(ParseJson(longer)["mode"], "full");
 

@@ -84,6 +84,41 @@ TEST(EmbeddingRows, GrowingPastTheBudgetFailsAndKeepsTheRows) {
   EXPECT_TRUE(rows.Accumulate(first, dout).ok());
 }
 
+// Reserved room holds the step's rows without another allocation, is kept
+// by Clear, and a step that brings more rows grows it (same values).
+TEST(EmbeddingRows, ReservedRoomIsAllocatedOnceAndKept) {
+  CpuAllocator allocator;
+  const int64_t vocab = 300, hidden = 8;
+  cpu::EmbeddingRowGradient rows(allocator, vocab, hidden);
+  ASSERT_TRUE(rows.Reserve(40).ok());
+  const int64_t reserved_bytes = allocator.current_bytes();
+  EXPECT_GE(reserved_bytes, 40 * hidden * 4);
+  EXPECT_EQ(rows.capacity(), 40);
+  std::vector<Tensor> ids, douts;
+  for (int mb = 0; mb < 2; ++mb) {
+    ids.push_back(op_test::RandomInts({20}, 30 + mb, 0, vocab));
+    douts.push_back(op_test::RandomTensor({20, hidden}, 40 + mb));
+    ASSERT_TRUE(rows.Accumulate(ids.back(), douts.back()).ok());
+  }
+  EXPECT_EQ(allocator.current_bytes(), reserved_bytes);
+  EXPECT_EQ(allocator.peak_bytes(), reserved_bytes);
+  EXPECT_EQ(rows.values().shape(), (Shape{rows.rows(), hidden}));
+  EXPECT_TRUE(op_test::BitwiseEqual(RowsToDense(rows), DenseGradient(vocab, hidden, ids, douts)));
+  rows.Clear();
+  EXPECT_EQ(rows.rows(), 0);
+  EXPECT_EQ(allocator.current_bytes(), reserved_bytes);
+
+  // 60 new rows in one call: past the room, which grows to fit them.
+  std::vector<int32_t> many(60);
+  for (int i = 0; i < 60; ++i) many[i] = 3 * i;
+  Tensor wide = op_test::FromInts({60}, many);
+  Tensor wide_dout = op_test::RandomTensor({60, hidden}, 50);
+  ASSERT_TRUE(rows.Accumulate(wide, wide_dout).ok());
+  EXPECT_EQ(rows.capacity(), 60);
+  EXPECT_TRUE(
+      op_test::BitwiseEqual(RowsToDense(rows), DenseGradient(vocab, hidden, {wide}, {wide_dout})));
+}
+
 TEST(EmbeddingRowsDeathTest, RejectsIdsOutsideTheVocabulary) {
   CpuAllocator allocator;
   cpu::EmbeddingRowGradient rows(allocator, 4, 2);

@@ -94,7 +94,9 @@ absl::StatusOr<ParameterStore> ZeroStoreOnDevice(const ParameterStore& like, Bac
 }
 
 void ZeroStore(ParameterStore& store, Backend& backend) {
-  for (ParameterGroup& group : store.groups()) backend.Fill(group.flat, 0.0f);
+  for (ParameterGroup& group : store.groups()) {
+    if (group.flat.defined()) backend.Fill(group.flat, 0.0f);  // a detached group has none
+  }
 }
 
 absl::StatusOr<ParameterStore> HostCopyOfStore(const ParameterStore& store, Backend& backend,

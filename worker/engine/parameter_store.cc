@@ -37,6 +37,11 @@ void ParameterGroup::Attach(Tensor memory) {
   }
 }
 
+void ParameterGroup::Detach() {
+  flat = Tensor();
+  tensors.assign(specs.size(), Tensor());
+}
+
 ParameterStore ParameterStore::BuildLayout(const ModelConfig& config, Layout layout,
                                            int64_t pad_multiple) {
   CHECK_GE(pad_multiple, 1);

@@ -40,6 +40,8 @@ struct ParameterGroup {
   // Makes `memory` ([padded], any dtype) the group's flat buffer and binds
   // the tensor views into it.
   void Attach(Tensor memory);
+  // Releases the flat buffer (the views become undefined); the layout stays.
+  void Detach();
 };
 
 class ParameterStore {

@@ -28,9 +28,10 @@ MemoryPlan Assemble(const PlanRequest& request) {
   Phase peak_phase = Phase::kLmHead;
   planner::Ledger peak(s.alignment);
   int64_t peak_total = -1;
-  for (Phase phase :
-       {Phase::kLmHead, Phase::kLayerBackward, Phase::kEmbeddingBackward, Phase::kRollout}) {
+  for (Phase phase : {Phase::kLmHead, Phase::kLayerBackward, Phase::kEmbeddingBackward,
+                      Phase::kRollout, Phase::kOptimizerUpdate}) {
     if (phase == Phase::kRollout && s.rollout_sequences == 0) continue;
+    if (phase == Phase::kOptimizerUpdate && (s.embedding_rows == 0 || !s.optimizer_state)) continue;
     planner::Ledger ledger = planner::PhaseActivations(s, phase);
     if (ledger.total() > peak_total) {
       peak_total = ledger.total();
@@ -210,6 +211,17 @@ int64_t MemoryPlan::HostTerm(absl::string_view name) const {
   return 0;
 }
 
+int64_t EmbeddingRowCapacity(const PlanRequest& r) {
+  const bool applies = r.device == DeviceKind::kCpu && r.world_size == 1 && !r.optimizer_offload &&
+                       !r.lora.enabled() && !r.config.tie_word_embeddings;
+  if (!applies || r.embedding_row_sequences <= 0 || r.seq_len <= 0) return 0;
+  // As many tokens as the vocabulary or more: the table is no larger (the
+  // quotient also keeps the product below from overflowing).
+  if (r.embedding_row_sequences > r.config.vocab_size / r.seq_len) return 0;
+  const int64_t rows = r.embedding_row_sequences * r.seq_len;
+  return rows < r.config.vocab_size ? rows : 0;
+}
+
 absl::Status ValidatePlanRequest(const PlanRequest& r) {
   RETURN_IF_ERROR(ValidateModelConfig(r.config, "model config"));
   if (r.seq_len <= 0) {
@@ -254,6 +266,11 @@ absl::Status ValidatePlanRequest(const PlanRequest& r) {
   }
   if (r.shard_weights && r.lora.enabled()) {
     return FieldError("shard_weights", "ZeRO-3 is not supported with LoRA");
+  }
+  if (r.embedding_row_sequences < 0) {
+    return FieldError("embedding_row_sequences",
+                      absl::StrCat("must be 0 (dense) or a number of sequences (got ",
+                                   r.embedding_row_sequences, ")"));
   }
   return absl::OkStatus();
 }

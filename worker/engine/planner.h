@@ -14,6 +14,9 @@
 //                       buffers + dL/dhidden + f32 dK/dV [T, Hkv*d] + objective scratch
 //   embedding_backward  model state + layer 0's input + dL/dhidden + dK/dV
 //                       (+ the embedding's gradient buffer under ZeRO-2)
+//   optimizer_update    with the embedding's gradient as a row set and an
+//                       optimizer: model state + the dense [V, H] f32
+//                       embedding gradient (FinishBackward to the update)
 //
 // The forward pass and the no-grad passes of DPO/GRPO hold a subset of the
 // lm_head phase, so they never set the peak.
@@ -34,7 +37,10 @@
 //           the CPU Gloo's receive buffer of ceil(largest group / N) fp32
 //           (NCCL reduces in place).
 // `optimizer_state = false` (backprop only, the StreamBP paper's setup)
-// leaves out the moments and master weights.
+// leaves out the moments and master weights. With a row set
+// (EmbeddingRowCapacity > 0: N = 1, CPU, untied, full model), the gradients
+// leave out the embedding's group and hold `embedding_row_gradient`
+// [capacity, H] f32 instead.
 //
 // Device assumptions. CPU: fp32 only, 64-byte aligned allocations; the
 // kernels' per-thread scratch and OpenBLAS buffers live outside the
@@ -212,7 +218,22 @@ struct PlanRequest {
   // so the peak is the larger phase ("rollout" when it is).
   int64_t rollout_sequences = 0;
   int64_t rollout_prompt_tokens = 0;
+  // The embedding's gradient as a row set (kernels/cpu/embedding_rows.h):
+  // the sequences (of at most seq_len tokens) one step's passes feed the
+  // embedding backward; > 0 reserves room for their tokens' rows for the
+  // whole run in place of the dense [V, H] gradient, which then exists only
+  // from the end of the backward to the optimizer's update (phase
+  // "optimizer_update", with optimizer_state), where EmbeddingRowCapacity
+  // allows. 0: dense.
+  int64_t embedding_row_sequences = 0;
 };
+
+// The row set's room in rows: embedding_row_sequences x seq_len, or 0 (the
+// dense gradient) where the row set does not apply — CUDA, world_size > 1
+// (ZeRO-2 reduce-scatters the group dense), optimizer offload, LoRA, tied
+// embeddings — or would be no smaller than the dense table (as many tokens
+// as the vocabulary).
+int64_t EmbeddingRowCapacity(const PlanRequest& request);
 
 // One named share of the peak.
 struct MemoryTerm {
@@ -223,7 +244,7 @@ struct MemoryTerm {
 
 struct MemoryPlan {
   int64_t peak_bytes = 0;
-  std::string peak_phase;             // "lm_head", "layer_backward", "embedding_backward"
+  std::string peak_phase;             // "lm_head", "layer_backward", "embedding_backward", ...
   std::vector<MemoryTerm> breakdown;  // live at the peak; sums to peak_bytes
   int64_t seq_len = 0;                // the whole sequence (as requested)
   // Sequence parallelism: the group's ranks, and the rows each holds

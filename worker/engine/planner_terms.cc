@@ -174,6 +174,7 @@ StepShape ShapeOf(const PlanRequest& r) {
   s.optimizer_offload = r.optimizer_offload;
   s.optimizer_state = r.optimizer_state;
   s.shard_weights = r.shard_weights && s.N > 1;
+  s.embedding_rows = EmbeddingRowCapacity(r);
   return s;
 }
 
@@ -228,7 +229,18 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
   // Optimizer offload: gradients, masters and moments live in host memory
   // (HostState); the device keeps the gradient buffers of ZeRO-2 below.
   const bool offload = s.optimizer_offload;
-  if (!offload && s.N == 1) {
+  if (!offload && s.N == 1 && s.embedding_rows > 0) {
+    // The embedding's group gives way to the row set's room (the dense
+    // group appears in the optimizer_update phase).
+    ledger.Add("gradients", s.L, layer_group, gradient_bytes);
+    ledger.Add("gradients", 1, final_group, gradient_bytes);
+    ledger.SetDetail("gradients",
+                     absl::StrCat(P - s.embed_numel, " parameters, ", DTypeLabel(gradient_bytes),
+                                  " (all but the embedding)"));
+    ledger.Add("embedding_row_gradient", 1, s.embedding_rows * s.H, kF32);
+    ledger.SetDetail("embedding_row_gradient", absl::StrCat("[", s.embedding_rows, ", ", s.H,
+                                                            "] f32 (the step's token rows)"));
+  } else if (!offload && s.N == 1) {
     trained("gradients", 1, 1, gradient_bytes);
     ledger.SetDetail("gradients", absl::StrCat(params, ", ", DTypeLabel(gradient_bytes)));
   } else if (!offload) {
@@ -282,6 +294,8 @@ absl::string_view PhaseName(Phase phase) {
       return "embedding_backward";
     case Phase::kRollout:
       return "rollout";
+    case Phase::kOptimizerUpdate:
+      return "optimizer_update";
   }
   return "?";
 }
@@ -461,6 +475,15 @@ Ledger RolloutActivations(const StepShape& s) {
 Ledger PhaseActivations(const StepShape& s, Phase phase) {
   if (phase == Phase::kRollout) return RolloutActivations(s);
   Ledger ledger(s.alignment);
+  if (phase == Phase::kOptimizerUpdate) {
+    // The row set made dense for the norm and the update (optimizer_state.cc).
+    if (s.embedding_rows > 0 && s.optimizer_state) {
+      ledger.Add("embedding_gradient", 1, s.embed_group, kF32);
+      ledger.SetDetail("embedding_gradient",
+                       absl::StrCat("[", s.embed_group, "] f32 (dense for the update)"));
+    }
+    return ledger;
+  }
   if (s.tier == CheckpointTier::kDevice) {
     const int64_t layer_inputs = phase == Phase::kLmHead          ? s.L + 1
                                  : phase == Phase::kLayerBackward ? s.L

@@ -83,6 +83,8 @@ struct StepShape {
   bool shard_weights = false;  // ZeRO-3 (only with N > 1)
   // Online GRPO's sampling: completions decoded together, and the longest prompt.
   int64_t rollout_sequences = 0, rollout_prompt = 0;
+  // The embedding's gradient as a row set: its room in rows (0: dense).
+  int64_t embedding_rows = 0;
 };
 
 // The sizes of `request` with chunks already chosen (0 in the request: the
@@ -93,7 +95,7 @@ StepShape ShapeOf(const PlanRequest& request);
 // and, on CUDA, memory outside the allocator: live for the whole step.
 Ledger ModelState(const PlanRequest& request, const StepShape& s);
 
-enum class Phase { kLmHead, kLayerBackward, kEmbeddingBackward, kRollout };
+enum class Phase { kLmHead, kLayerBackward, kEmbeddingBackward, kRollout, kOptimizerUpdate };
 absl::string_view PhaseName(Phase phase);  // "lm_head", ...
 
 // What a step holds besides the model state in `phase` (see planner.h).

@@ -1,6 +1,31 @@
 #include "worker/train/job_plan.h"
 
 namespace sbp {
+namespace {
+
+// Sequences (of at most seq_len tokens each) one step's passes can feed the
+// embedding backward on one rank: SFT's sequences (packed or not), DPO's
+// chosen and rejected sequences, online GRPO's completions; 0 (unknown) for
+// offline GRPO, whose groups come with the data.
+int64_t StepSequenceBound(const JobSpec& spec) {
+  const int64_t ranks = spec.resources.world_size / spec.resources.sequence_parallel;
+  const int64_t examples = (spec.train.sequences_per_step + ranks - 1) / ranks;
+  int64_t sequences = 0;
+  switch (spec.objective) {
+    case Objective::kSft:
+      sequences = examples;
+      break;
+    case Objective::kDpo:
+      sequences = 2 * examples;
+      break;
+    case Objective::kGrpo:
+      sequences = spec.grpo.online() ? examples * spec.grpo.rollout.group_size : 0;
+      break;
+  }
+  return sequences;
+}
+
+}  // namespace
 
 PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
   PlanRequest r;
@@ -47,6 +72,7 @@ PlanRequest PlanRequestForSpec(const JobSpec& spec, const ModelConfig& config) {
   r.lora = spec.lora;
   // Packing: at most one document per token (the offsets' largest size).
   if (spec.data_packing) r.packed_documents = spec.seq_len;
+  r.embedding_row_sequences = StepSequenceBound(spec);
   return r;
 }
 

@@ -1,5 +1,6 @@
 #include "worker/train/optimizer_state.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -28,11 +29,6 @@ bool UseEmbeddingRows(const ParameterStore& weights, const Backend& backend) {
   return !weights.config().tie_word_embeddings && embed.specs.size() == 1;
 }
 
-void DetachGroup(ParameterGroup& group) {
-  group.flat = Tensor();
-  group.tensors.assign(group.specs.size(), Tensor());
-}
-
 // Zeroed f32 gradients in `weights`' layout; with `embedding_rows` the
 // embedding's group is left without memory.
 absl::StatusOr<ParameterStore> CreateGradients(const ParameterStore& weights, Backend& backend,
@@ -42,7 +38,7 @@ absl::StatusOr<ParameterStore> CreateGradients(const ParameterStore& weights, Ba
   for (size_t g = 0; g < grads.groups().size(); ++g) {
     ParameterGroup& group = grads.groups()[g];
     if (static_cast<int>(g) == grads.embed_group()) {
-      DetachGroup(group);
+      group.Detach();
       continue;
     }
     ASSIGN_OR_RETURN(Tensor flat,
@@ -56,25 +52,29 @@ class LocalOptimizerState final : public OptimizerState {
  public:
   LocalOptimizerState(ParameterStore& weights, std::optional<ParameterStore> master,
                       ParameterStore grads, AdamWOptimizer optimizer, Backend& backend,
-                      bool embedding_rows)
+                      int64_t embedding_row_capacity)
       : weights_(weights),
         master_(std::move(master)),
         grads_(std::move(grads)),
         bound_(BindModelTensors(grads_)),
         optimizer_(std::move(optimizer)),
         backend_(backend) {
-    if (embedding_rows) {
+    if (embedding_row_capacity > 0) {
       const ModelConfig& c = weights.config();
       rows_.emplace(backend.allocator(), c.vocab_size, c.hidden_size);
       bound_.embed_rows = &*rows_;
     }
+  }
+  // The row set's room, allocated once (Create, before the first step).
+  absl::Status ReserveEmbeddingRows(int64_t capacity) {
+    return rows_.has_value() ? rows_->Reserve(capacity) : absl::OkStatus();
   }
 
   ModelTensors& grads() override { return bound_; }
   void ZeroGradients() override {
     if (!rows_.has_value()) return ZeroStore(grads_, backend_);
     rows_->Clear();
-    DetachGroup(grads_.groups()[grads_.embed_group()]);
+    grads_.groups()[grads_.embed_group()].Detach();
     for (ParameterGroup& group : grads_.groups()) {
       if (group.flat.defined()) backend_.Fill(group.flat, 0.0f);
     }
@@ -94,7 +94,7 @@ class LocalOptimizerState final : public OptimizerState {
     CastMastersIntoWeights();
     // The dense embedding gradient lives only from the end of the backward
     // to the update.
-    if (rows_.has_value()) DetachGroup(grads_.groups()[grads_.embed_group()]);
+    if (rows_.has_value()) grads_.groups()[grads_.embed_group()].Detach();
     return absl::OkStatus();
   }
   absl::Status Save(const CheckpointSink& sink, const TrainerState& state,
@@ -246,11 +246,16 @@ absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(
     ASSIGN_OR_RETURN(master,
                      CopyStoreToDevice(*options.initial, backend, DType::kF32, "master weights"));
   }
-  const bool embedding_rows = options.embedding_rows && UseEmbeddingRows(weights, backend);
-  ASSIGN_OR_RETURN(ParameterStore grads, CreateGradients(weights, backend, embedding_rows));
+  const int64_t row_capacity =
+      UseEmbeddingRows(weights, backend)
+          ? std::min(options.embedding_row_capacity, weights.config().vocab_size)
+          : 0;
+  ASSIGN_OR_RETURN(ParameterStore grads, CreateGradients(weights, backend, row_capacity > 0));
   ASSIGN_OR_RETURN(AdamWOptimizer optimizer, AdamWOptimizer::Create(weights, backend, train));
-  return std::unique_ptr<OptimizerState>(new LocalOptimizerState(
-      weights, std::move(master), std::move(grads), std::move(optimizer), backend, embedding_rows));
+  auto state = std::make_unique<LocalOptimizerState>(weights, std::move(master), std::move(grads),
+                                                     std::move(optimizer), backend, row_capacity);
+  RETURN_IF_ERROR(state->ReserveEmbeddingRows(row_capacity));
+  return std::unique_ptr<OptimizerState>(std::move(state));
 }
 
 }  // namespace sbp

@@ -85,16 +85,16 @@ struct OptimizerStateOptions {
   bool shard_weights = false;
   DType compute_dtype = DType::kF32;
   // On one worker without offload, on the CPU, for an untied full model:
-  // keep the embedding's gradient as the rows of the step's tokens during
-  // the backward passes (kernels/cpu/embedding_rows.h) and make it dense
+  // when > 0, keep the embedding's gradient as the rows of the step's tokens
+  // during the backward passes (kernels/cpu/embedding_rows.h), in room for
+  // this many rows reserved up front (EmbeddingRowCapacity, planner.h: the
+  // step's token count, below the vocabulary), and make it dense
   // (bit-identical) only from FinishBackward to the update, instead of a
-  // V x H buffer held all along; elsewhere ignored. Under ZeRO-2 the
+  // V x H buffer held all along. Elsewhere ignored: under ZeRO-2 the
   // embedding's group is reduce-scattered dense (see Zero2State); with
-  // offload the gradients are the host state's. Off by default: the memory
-  // planner charges the dense gradient for the whole step (the row count
-  // depends on the data), and on the CPU its figure is the allocator's peak
-  // to the byte, which the trainer's budget checks rely on.
-  bool embedding_rows = false;
+  // offload the gradients are the host state's. The memory planner counts it
+  // the same way (PlanRequest::embedding_row_sequences).
+  int64_t embedding_row_capacity = 0;
 };
 
 absl::StatusOr<std::unique_ptr<OptimizerState>> CreateOptimizerState(

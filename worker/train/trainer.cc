@@ -445,6 +445,9 @@ absl::StatusOr<TrainSummary> Train(const JobSpec& spec, const TrainOptions& opti
   state_options.offload = spec.train.optimizer_offload;
   state_options.shard_weights = shard_weights;
   state_options.compute_dtype = compute_dtype;
+  // The embedding's gradient as the step's token rows where the planner
+  // counts it so (it decides where that applies).
+  state_options.embedding_row_capacity = EmbeddingRowCapacity(PlanRequestForSpec(spec, config));
   ASSIGN_OR_RETURN(std::unique_ptr<OptimizerState> optimizer,
                    CreateOptimizerState(state_options, backend, spec.train, engine));
   initial = ParameterStore();  // the host copy is no longer needed
