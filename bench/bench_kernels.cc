@@ -14,10 +14,13 @@
 // so forward+backward = 3.5x forward. Recomputing P in the backward is not
 // counted.
 //
-// Usage: sbp-bench-kernels [--quick] [--filter=SUBSTRING]
-//   --quick   shorter sequences and fewer repeats (a smoke run, ~10 s)
-//   --filter  only measurements whose op name contains SUBSTRING (the sgemm
-//             peak is always measured)
+// Usage: sbp-bench-kernels [--quick] [--filter=SUBSTRING] [--micro-isa=avx2|avx512]
+//   --quick      shorter sequences and fewer repeats (a smoke run, ~10 s)
+//   --filter     only measurements whose op name contains SUBSTRING (the sgemm
+//                peak is always measured)
+//   --micro-isa  the attention micro-kernels' width (default: the widest this
+//                CPU has), e.g. avx2 on an AVX-512 CPU for an AVX2 machine's
+//                kernels
 #include <cblas.h>
 #include <omp.h>
 
@@ -270,18 +273,36 @@ std::string TokensPerSecond(int64_t tokens, const Timing& timing) {
 
 // The forward paths to measure: sgemm, and the micro-kernels where the CPU
 // has them.
+// The automatic choice (what the engine runs), then each path this CPU has.
 std::vector<cpu::AttentionKernel> AttentionKernels() {
-  std::vector<cpu::AttentionKernel> kernels = {cpu::AttentionKernel::kBlas};
+  std::vector<cpu::AttentionKernel> kernels = {cpu::AttentionKernel::kAuto,
+                                               cpu::AttentionKernel::kBlas};
   if (cpu::attention_internal::MicroKernelSupported()) {
     kernels.push_back(cpu::AttentionKernel::kMicroKernel);
   }
   return kernels;
 }
 
-// The ", \"forward_kernel\": ..." field of a line.
-std::string AttentionKernelField(cpu::AttentionKernel kernel) {
-  const bool micro = kernel == cpu::AttentionKernel::kMicroKernel;
-  return std::string(", \"forward_kernel\": \"") + (micro ? "micro" : "sgemm") + "\"";
+// The fields of a line that say which products ran: "attention_kernel"
+// (auto, sgemm or micro), with auto the path each pass took for head_dim d,
+// and the micro-kernels' ISA where they ran.
+std::string AttentionKernelField(cpu::AttentionKernel kernel, int64_t d) {
+  const std::string isa =
+      cpu::attention_internal::MicroIsaName(cpu::attention_internal::MicroKernelIsa());
+  auto path = [&](bool micro) {
+    return micro ? "\"micro_" + isa + "\"" : std::string("\"sgemm\"");
+  };
+  switch (kernel) {
+    case cpu::AttentionKernel::kAuto:
+      return ", \"attention_kernel\": \"auto\", \"forward\": " +
+             path(cpu::AttentionForwardUsesMicroKernel(d)) +
+             ", \"backward\": " + path(cpu::AttentionBackwardUsesMicroKernel(d));
+    case cpu::AttentionKernel::kBlas:
+      return ", \"attention_kernel\": \"sgemm\"";
+    case cpu::AttentionKernel::kMicroKernel:
+      return ", \"attention_kernel\": \"micro\", \"micro_isa\": \"" + isa + "\"";
+  }
+  return "";
 }
 
 // Inputs and outputs of one attention problem (outputs start random: the
@@ -317,11 +338,11 @@ void BenchAttention(const Options& options, const Reporter& reporter) {
   for (const AttentionCase& c : cases) {
     AttentionBuffers b(c, c.t);
     const double fwd_flops = AttentionForwardFlops(c);
-    // Each forward path this CPU has, in the same run: sgemm per score tile,
+    // Each attention path this CPU has, in the same run: sgemm per score tile,
     // and the micro-kernels (kernels/cpu/attention_micro.h).
     for (const cpu::AttentionKernel kernel : AttentionKernels()) {
-      cpu::SetAttentionForwardKernel(kernel);
-      const std::string extra = AttentionKernelField(kernel);
+      cpu::SetAttentionKernel(kernel);
+      const std::string extra = AttentionKernelField(kernel, c.d);
       if (reporter.Wanted("attention_forward")) {
         const Timing timing = Measure(
             [&] { cpu::AttentionForward(b.q, b.k, b.v, 0, b.scale, b.out, &b.lse); }, 1, budget);
@@ -340,7 +361,7 @@ void BenchAttention(const Options& options, const Reporter& reporter) {
                        TokensPerSecond(c.t, timing) + extra);
       }
     }
-    cpu::SetAttentionForwardKernel(cpu::AttentionKernel::kAuto);
+    cpu::SetAttentionKernel(cpu::AttentionKernel::kAuto);
   }
 }
 
@@ -408,8 +429,18 @@ int Main(int argc, char** argv) {
       options.quick = true;
     } else if (arg.rfind("--filter=", 0) == 0) {
       options.filter = arg.substr(std::strlen("--filter="));
+    } else if (arg == "--micro-isa=avx2" || arg == "--micro-isa=avx512") {
+      const auto isa = arg == "--micro-isa=avx2" ? cpu::attention_internal::MicroIsa::kAvx2
+                                                 : cpu::attention_internal::MicroIsa::kAvx512;
+      if (!cpu::attention_internal::MicroIsaSupported(isa)) {
+        std::fprintf(stderr, "this CPU cannot run the %s micro-kernels\n",
+                     cpu::attention_internal::MicroIsaName(isa));
+        return 2;
+      }
+      cpu::attention_internal::SetMicroKernelIsa(isa);
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--filter=SUBSTRING]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--filter=SUBSTRING] [--micro-isa=avx2|avx512]\n",
+                   argv[0]);
       return 2;
     }
   }

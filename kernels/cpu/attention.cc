@@ -126,7 +126,7 @@ void WaitForTicket(const std::atomic<int64_t>& ticket, int64_t value) {
 constexpr int64_t kStrip = 32;
 static_assert(kTq <= kTk, "a diagonal strip of the forward is up to kTq keys wide");
 
-std::atomic<AttentionKernel> forward_kernel{AttentionKernel::kAuto};
+std::atomic<AttentionKernel> attention_kernel{AttentionKernel::kAuto};
 
 // The micro-kernels' score rows: kMicroRows rows of a key tile, plus the
 // columns before an unaligned first key (up to kKeyPanel - 1) and after its
@@ -228,7 +228,7 @@ class ForwardTile {
       float* p = s_.data() + lead;
       OnlineSoftmaxTile(p, kMicroScoreLd, rows, cols, diag + (a - r0), m_.data() + a, l_.data() + a,
                         alpha_.data() + a, lo != nullptr ? lo + (a - r0) : nullptr);
-      AccumulatePv(p, kMicroScoreLd, rows, cols, v, dims_.kv_ld(), d, alpha_.data() + a, first,
+      AccumulatePv(p, kMicroScoreLd, 1, rows, cols, v, dims_.kv_ld(), d, alpha_.data() + a, first,
                    acc_.data() + a * d, d);
     }
   }
@@ -258,11 +258,23 @@ struct BackwardArgs {
 
 // The backward pass for one (KV head, key tile) against one query tile of
 // one query head at a time: dk, dv rows of the key tile accumulate, the
-// tile's share of dq goes to dq_part() for the caller to add.
+// tile's share of dq goes to dq_part() for the caller to add. With
+// `key_panels` and `value_panels` (K and V packed by PackKeyPanels,
+// `panel_stride` floats per KV head) the products are the micro-kernels',
+// else sgemm.
 class BackwardTile {
  public:
-  BackwardTile(const Dims& dims, const BackwardArgs& args)
-      : dims_(dims), a_(args), lo_(kTq), p_(kTq * kTk), ds_(kTq * kTk), dq_part_(kTq * dims.d) {}
+  BackwardTile(const Dims& dims, const BackwardArgs& args, const float* key_panels,
+               const float* value_panels, int64_t panel_stride)
+      : dims_(dims),
+        a_(args),
+        key_panels_(key_panels),
+        value_panels_(value_panels),
+        panel_stride_(panel_stride),
+        lo_(kTq),
+        p_((kTq + kMicroRows) * kTk),
+        ds_((kTq + kMicroRows) * kTk),
+        dq_part_(kTq * dims.d) {}
 
   // Keys [j0, j0 + bk) of KV head h / group; query rows [i0, i0 + bq) of
   // head h at sequence positions from p0 = q_offset + i0 (p0 + bq > j0).
@@ -275,6 +287,7 @@ class BackwardTile {
     v_ = a_.v + kv_off;
     dk_ = a_.dk + kv_off;
     dv_ = a_.dv + kv_off;
+    if (key_panels_ != nullptr) return MicroRun(bq, p0, bk);
     if (p0 >= j0 + bk - 1) {  // every row sees every key
       Block(0, bq, 0, bk, /*diag=*/bk, /*dq_beta=*/0.0f);
       return;
@@ -326,30 +339,114 @@ class BackwardTile {
          dq_part_.data() + r0 * d, d);
   }
 
+  // Run with the micro-kernels: strips of kMicroRows query rows against
+  // every key of the tile they see (the last row sees the most): P from the
+  // scores (K panels) and lse, dP = dout V^T (V panels), dS, and the strip's
+  // dq = scale dS k; P and dS stay in p_/ds_ (zero where masked, and past the
+  // keys a strip sees), then dv += P^T dout and dk += scale dS^T q, key
+  // blocks of kMicroRows from the first row that sees them.
+  void MicroRun(int64_t bq, int64_t p0, int64_t bk) {
+    const int64_t d = dims_.d, q_ld = dims_.q_ld(), kv_ld = dims_.kv_ld(), hq = dims_.hq;
+    const int64_t g = h_ / dims_.group;
+    const float* key_panels = key_panels_ + g * panel_stride_;
+    const float* value_panels = value_panels_ + g * panel_stride_;
+    const int64_t diag = p0 - j0_ + 1;  // row r sees the tile's first diag + r keys
+    // Rows above the tile's first key see none of it: their dq part is 0.
+    const int64_t top = std::min(bq, std::max<int64_t>(0, j0_ - p0));
+    std::fill_n(dq_part_.data(), top * d, 0.0f);
+    for (int64_t a = top; a < bq; a += kMicroRows) {
+      const int64_t rows = std::min(kMicroRows, bq - a);
+      const int64_t cols = std::max<int64_t>(1, Visible(diag, a + rows - 1, bk));
+      const int64_t panels = (cols + kKeyPanel - 1) / kKeyPanel;
+      const int64_t written = std::min(bk, panels * kKeyPanel);
+      const int64_t row = (i0_ + a) * hq + h_;  // flat (row, head) index
+      float* p = p_.data() + a * kTk;
+      float* ds = ds_.data() + a * kTk;
+      const int64_t* lo = nullptr;
+      if (a_.first_key != nullptr) {
+        for (int64_t r = 0; r < rows; ++r) lo_[r] = a_.first_key[i0_ + a + r] - j0_;
+        lo = lo_.data();
+      }
+      ScoreRows(a_.q + row * d, q_ld, rows, d, key_panels, j0_ / kKeyPanel, panels, a_.scale, p,
+                kTk);
+      ProbabilitiesTile(p, kTk, rows, bk, diag + a, a_.lse + row, hq, lo);
+      ScoreRows(a_.dout + row * d, q_ld, rows, d, value_panels, j0_ / kKeyPanel, panels, 1.0f, ds,
+                kTk);
+      SoftmaxGradTile(p, ds, kTk, rows, written, a_.delta + row, hq, a_.scale);
+      for (int64_t r = 0; r < rows; ++r) std::fill(ds + r * kTk + written, ds + r * kTk + bk, 0.0f);
+      AccumulatePv(ds, kTk, 1, rows, cols, k_, kv_ld, d, kOnes, /*first=*/true,
+                   dq_part_.data() + a * d, d);
+    }
+    for (int64_t c0 = 0; c0 < bk; c0 += kMicroRows) {
+      const int64_t keys = std::min(kMicroRows, bk - c0);
+      const int64_t first = std::max(top, c0 - diag + 1);  // the first row that sees key c0
+      if (first >= bq) break;
+      const int64_t row = (i0_ + first) * hq + h_;
+      AccumulatePv(p_.data() + first * kTk + c0, 1, kTk, keys, bq - first, a_.dout + row * d, q_ld,
+                   d, kOnes, /*first=*/false, dv_ + c0 * kv_ld, kv_ld);
+      AccumulatePv(ds_.data() + first * kTk + c0, 1, kTk, keys, bq - first, a_.q + row * d, q_ld, d,
+                   kOnes, /*first=*/false, dk_ + c0 * kv_ld, kv_ld);
+    }
+  }
+
+  static constexpr float kOnes[kMicroRows] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+
   const Dims& dims_;
   const BackwardArgs a_;
+  const float* key_panels_;    // packed K^T per KV head (micro-kernels), or null
+  const float* value_panels_;  // packed V^T per KV head (micro-kernels), or null
+  const int64_t panel_stride_;
   int64_t h_ = 0, i0_ = 0, j0_ = 0;
   std::vector<int64_t> lo_;  // [kTq] first visible column of a block's rows
   const float* k_ = nullptr;
   const float* v_ = nullptr;
   float* dk_ = nullptr;
   float* dv_ = nullptr;
-  // p [kTq, kTk] probabilities; ds [kTq, kTk] dP then dS; dq_part [kTq, d].
+  // p [kTq, kTk] probabilities; ds [kTq, kTk] dP then dS (the micro-kernels
+  // write kMicroRows - 1 spare rows past the last); dq_part [kTq, d].
   std::vector<float> p_, ds_, dq_part_;
 };
 
 }  // namespace
 
-void SetAttentionForwardKernel(AttentionKernel kernel) { forward_kernel.store(kernel); }
+void SetAttentionKernel(AttentionKernel kernel) { attention_kernel.store(kernel); }
 
-AttentionKernel AttentionForwardKernel() { return forward_kernel.load(); }
+AttentionKernel AttentionKernelChoice() { return attention_kernel.load(); }
 
-bool AttentionForwardUsesMicroKernel(int64_t d) {
-  const AttentionKernel kernel = forward_kernel.load();
+namespace {
+
+bool UsesMicroKernel(int64_t d, attention_internal::MicroPass pass) {
+  const AttentionKernel kernel = attention_kernel.load();
   if (kernel == AttentionKernel::kBlas) return false;
   if (!attention_internal::MicroKernelSupported() || d % 8 != 0) return false;
   if (kernel == AttentionKernel::kMicroKernel) return true;
-  return attention_internal::MicroKernelPreferred(d);
+  return attention_internal::MicroKernelPreferred(d, pass);
+}
+
+// Keys [0, keys) of every KV head of k ([Tk, Hkv, d]) as K^T panels
+// (PackKeyPanels), KeyPanelFloats(keys, d) floats per head.
+std::vector<float> PackPanels(const Dims& dims, const float* k, int64_t keys) {
+  const int64_t count = CeilDiv(keys, kKeyPanel);
+  const int64_t stride = KeyPanelFloats(keys, dims.d);
+  std::vector<float> panels(static_cast<size_t>(stride * dims.hkv));
+#pragma omp parallel for schedule(static)
+  for (int64_t item = 0; item < dims.hkv * count; ++item) {
+    const int64_t g = item / count, p = item % count;
+    const int64_t j0 = p * kKeyPanel;
+    PackKeyPanels(k + (j0 * dims.hkv + g) * dims.d, dims.kv_ld(), std::min(kKeyPanel, keys - j0),
+                  dims.d, panels.data() + g * stride + p * kKeyPanel * dims.d);
+  }
+  return panels;
+}
+
+}  // namespace
+
+bool AttentionForwardUsesMicroKernel(int64_t d) {
+  return UsesMicroKernel(d, attention_internal::MicroPass::kForward);
+}
+
+bool AttentionBackwardUsesMicroKernel(int64_t d) {
+  return UsesMicroKernel(d, attention_internal::MicroPass::kBackward);
 }
 
 void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,
@@ -370,18 +467,8 @@ void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
   std::vector<float> panels;
   int64_t panel_stride = 0;
   if (AttentionForwardUsesMicroKernel(dims.d)) {
-    const int64_t keys = q_offset + dims.tq;
-    const int64_t count = CeilDiv(keys, kKeyPanel);
-    panel_stride = KeyPanelFloats(keys, dims.d);
-    panels.resize(static_cast<size_t>(panel_stride * dims.hkv));
-    const float* kp = k.data<float>();
-#pragma omp parallel for schedule(static)
-    for (int64_t item = 0; item < dims.hkv * count; ++item) {
-      const int64_t g = item / count, p = item % count;
-      const int64_t j0 = p * kKeyPanel;
-      PackKeyPanels(kp + (j0 * dims.hkv + g) * dims.d, dims.kv_ld(), std::min(kKeyPanel, keys - j0),
-                    dims.d, panels.data() + g * panel_stride + p * kKeyPanel * dims.d);
-    }
+    panels = PackPanels(dims, k.data<float>(), q_offset + dims.tq);
+    panel_stride = KeyPanelFloats(q_offset + dims.tq, dims.d);
   }
 
 #pragma omp parallel
@@ -431,6 +518,14 @@ void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
       q.data<float>(), k.data<float>(),  v.data<float>(),  dop,   lse.data<float>(),
       delta.data(),    dk.data<float>(), dv.data<float>(), scale, docs.first()};
   float* dqp = dq.data<float>();
+  // The micro-kernels read K and V as panels, packed once per call.
+  std::vector<float> key_panels, value_panels;
+  int64_t panel_stride = 0;
+  if (AttentionBackwardUsesMicroKernel(d)) {
+    key_panels = PackPanels(dims, k.data<float>(), key_end);
+    value_panels = PackPanels(dims, v.data<float>(), key_end);
+    panel_stride = KeyPanelFloats(key_end, d);
+  }
 
   // tickets[h * n_qt + qt]: the next key tile to add its part to that dq
   // tile. Key tiles F..J all contribute to a dq tile (F, J depend on the
@@ -451,7 +546,8 @@ void AttentionBackward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 #pragma omp parallel
   {
-    BackwardTile tile(dims, args);
+    BackwardTile tile(dims, args, key_panels.empty() ? nullptr : key_panels.data(),
+                      value_panels.empty() ? nullptr : value_panels.data(), panel_stride);
     for (;;) {
       const int64_t item = next_item.fetch_add(1, std::memory_order_relaxed);
       if (item >= items) break;

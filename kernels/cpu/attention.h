@@ -46,18 +46,21 @@ namespace sbp::cpu {
 inline constexpr int64_t kAttentionTileQ = 256;
 inline constexpr int64_t kAttentionTileK = 256;
 
-// The forward's products per score tile: OpenBLAS sgemm calls, or the
-// register-blocked AVX2 + FMA micro-kernels of kernels/cpu/attention_micro.h
-// (K packed once per call into K^T panels; the scores of a few query rows at
-// a time stay in L1 between Q K^T, the online softmax and P V). kAuto picks
-// by CPU and shape (AttentionForwardUsesMicroKernel); the others force a
-// path (tests, benchmarks). The micro-kernels need AVX2 + FMA and a head_dim
-// that is a multiple of 8: where they cannot run, kMicroKernel takes sgemm.
+// The products per score tile, in both passes: OpenBLAS sgemm calls, or the
+// register-blocked AVX2 + FMA / AVX-512 micro-kernels of
+// kernels/cpu/attention_micro.h (K, and for the backward V, packed once per
+// call into panels; the scores of a few query rows at a time stay in L1
+// between their products and the softmax). kAuto picks by CPU and shape
+// (AttentionForwardUsesMicroKernel,
+// AttentionBackwardUsesMicroKernel); the others force a path (tests, benchmarks).
+// The micro-kernels need AVX2 + FMA and a head_dim that is a multiple of 8:
+// where they cannot run, kMicroKernel takes sgemm.
 enum class AttentionKernel { kAuto, kBlas, kMicroKernel };
-void SetAttentionForwardKernel(AttentionKernel kernel);
-AttentionKernel AttentionForwardKernel();
-// Whether a forward with head_dim d takes the micro-kernels now.
+void SetAttentionKernel(AttentionKernel kernel);
+AttentionKernel AttentionKernelChoice();
+// Whether a forward / backward with head_dim d takes the micro-kernels now.
 bool AttentionForwardUsesMicroKernel(int64_t d);
+bool AttentionBackwardUsesMicroKernel(int64_t d);
 
 // out [Tq, Hq, d] = causal softmax(scale q k^T) v; lse [Tq, Hq] when non-null.
 void AttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t q_offset,

@@ -56,11 +56,11 @@ SBP_AVX2 void ScorePanel(const float* const* q, int64_t d, const float* panel, f
 #undef SBP_STORE
 }
 
-// out rows [6, 8 NV] (NV = 1, 2): c_r = sum over keys j < cols of p_r[j] v_j,
+// out rows [6, 8 NV] (NV = 1, 2): c_r = sum over j < cols of p_r[j * p_step] v_j,
 // then out_r = c_r (first) or alpha_r out_r + c_r.
 template <int NV>
-SBP_AVX2 void PvBlock(const float* const* p, int64_t cols, const float* v, int64_t v_ld,
-                      const float* alpha, bool first, float* const* out) {
+SBP_AVX2 void PvBlock(const float* const* p, int64_t p_step, int64_t cols, const float* v,
+                      int64_t v_ld, const float* alpha, bool first, float* const* out) {
 #define SBP_ZERO(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
   SBP_FOR_ROWS(SBP_ZERO)
 #undef SBP_ZERO
@@ -70,7 +70,7 @@ SBP_AVX2 void PvBlock(const float* const* p, int64_t cols, const float* v, int64
     const __m256 b1 = NV == 2 ? _mm256_loadu_ps(v + j * v_ld + 8) : b0;
 #define SBP_FMA(r)                                                    \
   {                                                                   \
-    const __m256 a = _mm256_broadcast_ss(p##r + j);                   \
+    const __m256 a = _mm256_broadcast_ss(p##r + j * p_step);          \
     c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                        \
     if constexpr (NV == 2) c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1); \
   }
@@ -126,8 +126,8 @@ SBP_AVX512 void ScorePanelPair(const float* const* q, int64_t d, const float* pa
 }
 
 template <int NV>
-SBP_AVX512 void PvBlock512(const float* const* p, int64_t cols, const float* v, int64_t v_ld,
-                           const float* alpha, bool first, float* const* out) {
+SBP_AVX512 void PvBlock512(const float* const* p, int64_t p_step, int64_t cols, const float* v,
+                           int64_t v_ld, const float* alpha, bool first, float* const* out) {
 #define SBP_ZERO(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
   SBP_FOR_ROWS12(SBP_ZERO)
 #undef SBP_ZERO
@@ -138,7 +138,7 @@ SBP_AVX512 void PvBlock512(const float* const* p, int64_t cols, const float* v, 
     const __m512 b1 = NV == 2 ? _mm512_loadu_ps(v + j * v_ld + 16) : b0;
 #define SBP_FMA(r)                                                    \
   {                                                                   \
-    const __m512 a = _mm512_set1_ps(p##r[j]);                         \
+    const __m512 a = _mm512_set1_ps(p##r[j * p_step]);                \
     c##r##0 = _mm512_fmadd_ps(a, b0, c##r##0);                        \
     if constexpr (NV == 2) c##r##1 = _mm512_fmadd_ps(a, b1, c##r##1); \
   }
@@ -194,22 +194,23 @@ MicroIsa MicroKernelIsa() { return CurrentIsa().load(); }
 const char* MicroIsaName(MicroIsa isa) { return isa == MicroIsa::kAvx512 ? "avx512" : "avx2"; }
 
 // Measured on a 2-core Intel Xeon (AVX-512; BENCHMARKS.md, "Attention
-// forward micro-kernels"), the forward's process CPU time against the sgemm
-// path, interleaved in one process:
-//   AVX-512 kernels, OpenBLAS on its AVX2 (Haswell) kernels:   1.40-1.59x at d = 64 ... 256;
-//   AVX-512 kernels, OpenBLAS on its AVX-512 (SkylakeX) ones:  1.08-1.11x (1 thread),
-//     0.96-0.99x (2 threads) at d = 64; 0.81-1.03x at d = 80 ... 256;
-//   AVX2 kernels, OpenBLAS on its AVX2 kernels:                1.05-1.09x at d = 64,
-//                                                              0.87-0.99x at d = 80 ... 256;
-// and whole bench-qwen3 steps (T = 4096, d = 64) within the machine's noise
-// either way. So the micro-kernels are chosen where they are wider than the
-// kernels OpenBLAS loaded, and sgemm (bit-identical to before) elsewhere.
-bool MicroKernelPreferred(int64_t d) {
+// micro-kernels"), micro-kernels against the sgemm path in one process:
+//   wider than OpenBLAS's kernels (AVX-512 micro-kernels, OpenBLAS on its
+//   AVX2 Haswell kernels): forward 1.40-1.60x, forward + backward 1.33-1.43x;
+//   the same width, forward: 1.05-1.11x at d = 64 (AVX-512 against SkylakeX,
+//   AVX2 against Haswell, one and two threads), 0.81-1.03x at d = 80 ... 256;
+//   the same width, backward: 0.7-0.9x (the dV and dK products read P and dS
+//   a column block at a time).
+// So the forward takes them where they are wider or d <= 64, the backward
+// only where they are wider.
+bool MicroKernelPreferred(int64_t d, MicroPass pass) {
   static const bool blas_avx512 = [] {
     const std::string core = OpenBlasCoreName();
     return core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
   }();
-  return MicroKernelIsa() == MicroIsa::kAvx512 && !blas_avx512;
+  const bool wider = MicroKernelIsa() == MicroIsa::kAvx512 && !blas_avx512;
+  if (pass == MicroPass::kBackward) return wider;
+  return wider || d <= 64;
 }
 
 void PackKeyPanels(const float* k, int64_t ld, int64_t n, int64_t d, float* panels) {
@@ -253,9 +254,9 @@ void ScoreRows(const float* q, int64_t q_ld, int64_t rows, int64_t d, const floa
   }
 }
 
-void AccumulatePv(const float* p, int64_t p_ld, int64_t rows, int64_t cols, const float* v,
-                  int64_t v_ld, int64_t d, const float* alpha, bool first, float* acc,
-                  int64_t acc_ld) {
+void AccumulatePv(const float* p, int64_t p_ld, int64_t p_step, int64_t rows, int64_t cols,
+                  const float* v, int64_t v_ld, int64_t d, const float* alpha, bool first,
+                  float* acc, int64_t acc_ld) {
   CHECK(rows >= 1 && rows <= kMicroRows) << "AccumulatePv: " << rows << " rows";
   CHECK_EQ(d % 8, 0) << "AccumulatePv: head_dim " << d << " is not a multiple of 8";
   const float* pr[kMicroRows];
@@ -273,11 +274,11 @@ void AccumulatePv(const float* p, int64_t p_ld, int64_t rows, int64_t cols, cons
   if (MicroKernelIsa() == MicroIsa::kAvx512) {
     for (; c0 + 32 <= d; c0 += 32) {
       bind(c0);
-      PvBlock512<2>(pr, cols, v + c0, v_ld, a, first, out);
+      PvBlock512<2>(pr, p_step, cols, v + c0, v_ld, a, first, out);
     }
     if (c0 + 16 <= d) {
       bind(c0);
-      PvBlock512<1>(pr, cols, v + c0, v_ld, a, first, out);
+      PvBlock512<1>(pr, p_step, cols, v + c0, v_ld, a, first, out);
       c0 += 16;
     }
   }
@@ -285,9 +286,9 @@ void AccumulatePv(const float* p, int64_t p_ld, int64_t rows, int64_t cols, cons
     bind(c0);
     for (int64_t half = 0; half < rows; half += kAvx2Rows) {
       if (c0 + 16 <= d) {
-        PvBlock<2>(pr + half, cols, v + c0, v_ld, a + half, first, out + half);
+        PvBlock<2>(pr + half, p_step, cols, v + c0, v_ld, a + half, first, out + half);
       } else {
-        PvBlock<1>(pr + half, cols, v + c0, v_ld, a + half, first, out + half);
+        PvBlock<1>(pr + half, p_step, cols, v + c0, v_ld, a + half, first, out + half);
       }
     }
   }

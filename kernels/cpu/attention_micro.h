@@ -11,6 +11,9 @@
 // P V reads V rows in place (their stride is Hkv * d): 6 x 16 (AVX-512:
 // 12 x 32) output columns per register block, one broadcast of P per row
 // and key. A strip of kMicroRows query rows is what attention.cc hands over.
+// The backward uses the same two kernels: scores and dP = dout V^T from K
+// and V panels, dq = dS K, and dV += P^T dout, dK += dS^T q as P V over a
+// transposed P (p_step below).
 //
 // Callers check MicroKernelSupported() (this CPU has AVX2 and FMA) before
 // calling anything else here; AccumulatePv needs d % 8 == 0.
@@ -35,10 +38,10 @@ MicroIsa MicroKernelIsa();
 const char* MicroIsaName(MicroIsa isa);
 
 // The measured choice for a supported CPU (see the .cc): whether the
-// micro-kernels at the current ISA beat sgemm for head_dim d with the
-// OpenBLAS kernels this process loaded (today: only when they are wider,
-// whatever d).
-bool MicroKernelPreferred(int64_t d);
+// micro-kernels at the current ISA beat sgemm in `pass` for head_dim d with
+// the OpenBLAS kernels this process loaded.
+enum class MicroPass { kForward, kBackward };
+bool MicroKernelPreferred(int64_t d, MicroPass pass);
 
 // Floats of the panels of n keys of one head.
 inline int64_t KeyPanelFloats(int64_t n, int64_t d) {
@@ -53,10 +56,13 @@ void PackKeyPanels(const float* k, int64_t ld, int64_t n, int64_t d, float* pane
 void ScoreRows(const float* q, int64_t q_ld, int64_t rows, int64_t d, const float* panels,
                int64_t panel0, int64_t npanels, float scale, float* s, int64_t s_ld);
 
-// acc[r, :] = (first ? 0 : alpha[r] * acc[r, :]) + sum_{c < cols} p[r, c] v_c
-// for r < rows (rows <= kMicroRows); v_c at v + c * v_ld, d floats, d % 8 == 0.
-void AccumulatePv(const float* p, int64_t p_ld, int64_t rows, int64_t cols, const float* v,
-                  int64_t v_ld, int64_t d, const float* alpha, bool first, float* acc,
-                  int64_t acc_ld);
+// acc[r, :] = (first ? 0 : alpha[r] * acc[r, :]) + sum_{j < cols} p[r * p_ld + j * p_step] v_j
+// for r < rows (rows <= kMicroRows); v_j at v + j * v_ld, d floats, d % 8 == 0.
+// p_step = 1 is P V over a row-major P; p_ld = 1, p_step = P's leading
+// dimension is P^T V (the backward's dV += P^T dout and dK += dS^T q, output
+// rows being keys).
+void AccumulatePv(const float* p, int64_t p_ld, int64_t p_step, int64_t rows, int64_t cols,
+                  const float* v, int64_t v_ld, int64_t d, const float* alpha, bool first,
+                  float* acc, int64_t acc_ld);
 
 }  // namespace sbp::cpu::attention_internal

@@ -86,13 +86,13 @@ void ProbabilitiesTile(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t
 
 SBP_TILE_CLONES
 void SoftmaxGradTile(const float* p, float* dp, int64_t ld, int64_t rows, int64_t cols,
-                     const float* delta, int64_t delta_stride) {
+                     const float* delta, int64_t delta_stride, float scale) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* pr = p + r * ld;
     float* dr = dp + r * ld;
     const float dl = delta[r * delta_stride];
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - dl);
+    for (int64_t c = 0; c < cols; ++c) dr[c] = scale * (pr[c] * (dr[c] - dl));
   }
 }
 

@@ -50,9 +50,10 @@ void FinishRows(const float* acc, int64_t acc_ld, int64_t rows, int64_t d, const
 void ProbabilitiesTile(float* s, int64_t ld, int64_t rows, int64_t cols, int64_t diag,
                        const float* lse, int64_t lse_stride, const int64_t* lo = nullptr);
 
-// Backward: dp [rows, ld] -> dS = P * (dp - delta[r * delta_stride]) (0 where P is 0).
+// Backward: dp [rows, ld] -> dS = scale * P * (dp - delta[r * delta_stride])
+// (0 where P is 0).
 void SoftmaxGradTile(const float* p, float* dp, int64_t ld, int64_t rows, int64_t cols,
-                     const float* delta, int64_t delta_stride);
+                     const float* delta, int64_t delta_stride, float scale = 1.0f);
 
 // delta[r] = dot(a row r, b row r) over d columns; rows of a and b have
 // leading dimension ld.

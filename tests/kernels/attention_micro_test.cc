@@ -1,9 +1,10 @@
-// The forward of the CPU attention on each of its paths (sgemm, and the
-// AVX2 + FMA micro-kernels of kernels/cpu/attention_micro.h where this CPU
-// has them) against a double-precision reference with the causal and
-// document masks: odd shapes (T not a tile multiple, head_dim 64/80/128/256,
-// GQA, packed documents, query chunks at an offset), the backward run from
-// each path's output, thread-count independence, and the dispatch switch.
+// The CPU attention on each of its paths (sgemm, and the AVX2 + FMA and
+// AVX-512 micro-kernels of kernels/cpu/attention_micro.h where this CPU has
+// them): the forward against a double-precision reference with the causal
+// and document masks on odd shapes (T not a tile multiple, head_dim
+// 40/64/80/128/256, GQA, packed documents, query chunks at an offset), the
+// backward against the sgemm path's on the same shapes, thread-count
+// independence of both passes, and the dispatch switch.
 #include "kernels/cpu/attention_micro.h"
 
 #include <gtest/gtest.h>
@@ -79,12 +80,12 @@ std::string PathName(const Path& p) {
 // test ends.
 struct ForcedPath {
   explicit ForcedPath(const Path& p) : isa(cpu::attention_internal::MicroKernelIsa()) {
-    cpu::SetAttentionForwardKernel(p.kernel);
+    cpu::SetAttentionKernel(p.kernel);
     if (p.kernel == AttentionKernel::kMicroKernel)
       cpu::attention_internal::SetMicroKernelIsa(p.isa);
   }
   ~ForcedPath() {
-    cpu::SetAttentionForwardKernel(AttentionKernel::kAuto);
+    cpu::SetAttentionKernel(AttentionKernel::kAuto);
     if (cpu::attention_internal::MicroKernelSupported()) {
       cpu::attention_internal::SetMicroKernelIsa(isa);
     }
@@ -171,17 +172,23 @@ struct Problem {
   float scale;
 };
 
-// The forward over the whole sequence, whole or in query chunks.
-void Forward(const Case& c, Problem& p, Tensor& out, Tensor& lse) {
+// fn(s, e, docs) for the case's query rows [s, e): the whole sequence, or
+// its chunks in order; docs the document offsets (null without documents).
+template <typename Fn>
+void ForEachChunk(const Case& c, Problem& p, Fn fn) {
   Tensor offsets =
       Tensor::Wrap(p.offsets.data(), {static_cast<int64_t>(p.offsets.size())}, DType::kI32);
   const Tensor* docs = c.docs.empty() ? nullptr : &offsets;
   const int64_t chunk = c.chunk > 0 ? c.chunk : c.t;
-  for (int64_t s = 0; s < c.t; s += chunk) {
-    const int64_t e = std::min(c.t, s + chunk);
+  for (int64_t s = 0; s < c.t; s += chunk) fn(s, std::min(c.t, s + chunk), docs);
+}
+
+// The forward over the whole sequence, whole or in query chunks.
+void Forward(const Case& c, Problem& p, Tensor& out, Tensor& lse) {
+  ForEachChunk(c, p, [&](int64_t s, int64_t e, const Tensor* docs) {
     Tensor o = out.Rows(s, e), l = lse.Rows(s, e);
     cpu::AttentionForward(p.q.Rows(s, e), p.k, p.v, s, p.scale, o, &l, docs);
-  }
+  });
 }
 
 std::vector<Case> OddCases() {
@@ -210,12 +217,56 @@ TEST(AttentionMicro, EveryPathMatchesTheDoubleReferenceOnOddShapes) {
     for (const Path& path : Paths()) {
       SCOPED_TRACE(Name(c) + " " + PathName(path));
       ForcedPath forced(path);
-      EXPECT_EQ(cpu::AttentionForwardUsesMicroKernel(c.d),
-                path.kernel == AttentionKernel::kMicroKernel && c.d % 8 == 0);
+      const bool micro = path.kernel == AttentionKernel::kMicroKernel && c.d % 8 == 0;
+      EXPECT_EQ(cpu::AttentionForwardUsesMicroKernel(c.d), micro);
+      EXPECT_EQ(cpu::AttentionBackwardUsesMicroKernel(c.d), micro);
       Tensor out = Zeros(p.q.shape()), lse = Zeros({c.t, c.hq});
       Forward(c, p, out, lse);
       EXPECT_LT(RelErr(out, ref_out), 1e-5);
       EXPECT_LT(RelErr(lse, ref_lse), 1e-6);
+    }
+  }
+}
+
+// dq, dk, dv of one path over the case's query chunks (dk and dv summed
+// over the chunks, from zero), from that path's forward.
+struct Gradients {
+  Tensor dq, dk, dv;
+};
+
+Gradients Backward(const Case& c, Problem& p, const Tensor& dout) {
+  Tensor out = Zeros(p.q.shape()), lse = Zeros({c.t, c.hq});
+  Forward(c, p, out, lse);
+  Gradients g{Zeros(p.q.shape()), Zeros(p.k.shape()), Zeros(p.k.shape())};
+  ForEachChunk(c, p, [&](int64_t s, int64_t e, const Tensor* docs) {
+    Tensor dq = g.dq.Rows(s, e);
+    cpu::AttentionBackward(p.q.Rows(s, e), p.k, p.v, out.Rows(s, e), dout.Rows(s, e),
+                           lse.Rows(s, e), s, p.scale, dq, g.dk, g.dv, docs);
+  });
+  return g;
+}
+
+// The backward on every path against the sgemm path's (which
+// attention_test.cc checks against a double reference and finite
+// differences) on the odd shapes, chunks and documents.
+TEST(AttentionMicro, BackwardOfEveryPathMatchesTheSgemmPathOnOddShapes) {
+  uint64_t seed = 700;
+  for (const Case& c : OddCases()) {
+    Problem p(c, seed += 10);
+    const Tensor dout = Normal(p.q.shape(), seed + 5);
+    Gradients want;
+    {
+      ForcedPath forced({AttentionKernel::kBlas});
+      want = Backward(c, p, dout);
+    }
+    for (const Path& path : Paths()) {
+      if (path.kernel == AttentionKernel::kBlas) continue;
+      SCOPED_TRACE(Name(c) + " " + PathName(path));
+      ForcedPath forced(path);
+      const Gradients got = Backward(c, p, dout);
+      EXPECT_LT(RelativeError(got.dq, want.dq), 1e-5);
+      EXPECT_LT(RelativeError(got.dk, want.dk), 1e-5);
+      EXPECT_LT(RelativeError(got.dv, want.dv), 1e-5);
     }
   }
 }
@@ -253,6 +304,9 @@ TEST(AttentionMicro, PathsAgreeAndDoNotDependOnTheThreadCount) {
     const Result two = run(path, 2);
     EXPECT_TRUE(BitwiseEqual(one.out, two.out));
     EXPECT_TRUE(BitwiseEqual(one.lse, two.lse));
+    EXPECT_TRUE(BitwiseEqual(one.dq, two.dq));
+    EXPECT_TRUE(BitwiseEqual(one.dk, two.dk));
+    EXPECT_TRUE(BitwiseEqual(one.dv, two.dv));
     EXPECT_LT(RelativeError(two.out, blas.out), 1e-6);
     EXPECT_LT(RelativeError(two.lse, blas.lse), 1e-6);
     EXPECT_LT(RelativeError(two.dq, blas.dq), 1e-5);
@@ -265,27 +319,39 @@ TEST(AttentionMicro, DispatchFollowsTheSwitch) {
   const bool supported = cpu::attention_internal::MicroKernelSupported();
   {
     ForcedPath forced({AttentionKernel::kBlas});
-    EXPECT_EQ(cpu::AttentionForwardKernel(), AttentionKernel::kBlas);
-    for (int64_t d : {40, 64, 80, 128, 256}) EXPECT_FALSE(cpu::AttentionForwardUsesMicroKernel(d));
+    EXPECT_EQ(cpu::AttentionKernelChoice(), AttentionKernel::kBlas);
+    for (int64_t d : {40, 64, 80, 128, 256}) {
+      EXPECT_FALSE(cpu::AttentionForwardUsesMicroKernel(d));
+      EXPECT_FALSE(cpu::AttentionBackwardUsesMicroKernel(d));
+    }
   }
   if (supported) {
     ForcedPath forced({AttentionKernel::kMicroKernel, MicroIsa::kAvx2});
     for (int64_t d : {40, 64, 80, 128, 256}) {
       EXPECT_TRUE(cpu::AttentionForwardUsesMicroKernel(d)) << d;
+      EXPECT_TRUE(cpu::AttentionBackwardUsesMicroKernel(d)) << d;
     }
     // A head_dim the micro-kernels cannot take runs on sgemm.
     EXPECT_FALSE(cpu::AttentionForwardUsesMicroKernel(36));
+    EXPECT_FALSE(cpu::AttentionBackwardUsesMicroKernel(36));
   }
-  EXPECT_EQ(cpu::AttentionForwardKernel(), AttentionKernel::kAuto);
+  EXPECT_EQ(cpu::AttentionKernelChoice(), AttentionKernel::kAuto);
   // The widest ISA the CPU has is the default.
   if (supported) {
     EXPECT_EQ(cpu::attention_internal::MicroKernelIsa(),
               cpu::attention_internal::MicroIsaSupported(MicroIsa::kAvx512) ? MicroIsa::kAvx512
                                                                             : MicroIsa::kAvx2);
   }
+  using cpu::attention_internal::MicroPass;
   for (int64_t d : {64, 128}) {
     EXPECT_EQ(cpu::AttentionForwardUsesMicroKernel(d),
-              supported && cpu::attention_internal::MicroKernelPreferred(d));
+              supported && cpu::attention_internal::MicroKernelPreferred(d, MicroPass::kForward));
+    EXPECT_EQ(cpu::AttentionBackwardUsesMicroKernel(d),
+              supported && cpu::attention_internal::MicroKernelPreferred(d, MicroPass::kBackward));
+    // Where the backward takes them the forward does too.
+    if (cpu::AttentionBackwardUsesMicroKernel(d)) {
+      EXPECT_TRUE(cpu::AttentionForwardUsesMicroKernel(d));
+    }
   }
 }
 
