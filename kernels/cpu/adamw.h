@@ -17,11 +17,23 @@
 // state (updated in place, zero before step 1); step is 1-based.
 #pragma once
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "kernels/backend.h"
 #include "kernels/tensor.h"
 
 namespace sbp::cpu {
 
 void AdamW(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& params);
+
+// AdamW of a [rows, cols] table (param, m, v) whose gradient is zero but in
+// the rows given: `nonzero` (row, slot) pairs, row `row`'s gradient at
+// values[slot * cols, (slot + 1) * cols). The same floats, bit for bit, as
+// AdamW with the dense gradient; zero rows still decay their moments and
+// weights, as they do there.
+void AdamWRows(Tensor& param, const std::vector<std::pair<int32_t, int32_t>>& nonzero,
+               const float* values, Tensor& m, Tensor& v, const AdamWParams& params);
 
 }  // namespace sbp::cpu

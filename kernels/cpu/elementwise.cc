@@ -21,6 +21,16 @@ void CheckSameShape(const Tensor& a, const Tensor& b, const char* op, const char
                                 << " must have the shape of " << b_name << " " << b.DebugString();
 }
 
+// Elements per block of SumSquares over n elements.
+int64_t SumSquaresBlock(int64_t n) {
+  return std::max(kMinBlock, (n + kMaxBlocks - 1) / kMaxBlocks);
+}
+
+// BlockSumSquares' accumulators combined, in its order.
+double CombineLanes(const double* acc) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 // Sum of squares of x[begin, end) in double, eight independent accumulators
 // (a fixed order, so the result does not depend on anything but the data).
 template <typename Load>
@@ -37,13 +47,13 @@ double BlockSumSquares(int64_t begin, int64_t end, Load load) {
     const double x = load(i);
     acc[0] += x * x;
   }
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return CombineLanes(acc);
 }
 
 template <typename Load>
 double SumSquaresImpl(int64_t n, Load load) {
   if (n == 0) return 0.0;
-  const int64_t block = std::max(kMinBlock, (n + kMaxBlocks - 1) / kMaxBlocks);
+  const int64_t block = SumSquaresBlock(n);
   const int64_t blocks = (n + block - 1) / block;
   std::vector<double> partial(static_cast<size_t>(blocks));
 #pragma omp parallel for schedule(static) if (blocks > 1)
@@ -67,6 +77,37 @@ double SumSquares(const Tensor& x) {
                                   << ": only f32 and bf16 are supported";
   const float* data = x.data<float>();
   return SumSquaresImpl(x.numel(), [data](int64_t i) { return data[i]; });
+}
+
+double SumSquaresOfRows(int64_t rows, int64_t cols,
+                        const std::vector<std::pair<int32_t, int32_t>>& nonzero,
+                        const float* values) {
+  const int64_t n = rows * cols;
+  if (n == 0) return 0.0;
+  // Each block as BlockSumSquares adds it: element i of [begin, end) into
+  // accumulator (i - begin) % 8 up to the last whole group of 8, the rest
+  // into accumulator 0, each accumulator in increasing i; visiting the rows
+  // in ascending order keeps that order, and zero rows add nothing.
+  const int64_t block = SumSquaresBlock(n);
+  double sum = 0.0;
+  size_t first = 0;  // the first row that may reach the current block
+  for (int64_t begin = 0; begin < n; begin += block) {
+    const int64_t end = std::min(n, begin + block);
+    const int64_t whole = begin + (end - begin) / 8 * 8;
+    double acc[8] = {};
+    while (first < nonzero.size() && (nonzero[first].first + 1) * cols <= begin) ++first;
+    for (size_t k = first; k < nonzero.size() && nonzero[k].first * cols < end; ++k) {
+      const int64_t row_begin = nonzero[k].first * cols;
+      const float* row = values + static_cast<int64_t>(nonzero[k].second) * cols;
+      const int64_t lo = std::max(begin, row_begin), hi = std::min(end, row_begin + cols);
+      for (int64_t i = lo; i < hi; ++i) {
+        const double x = row[i - row_begin];
+        acc[i < whole ? (i - begin) % 8 : 0] += x * x;
+      }
+    }
+    sum += CombineLanes(acc);
+  }
+  return sum;
 }
 
 void Add(const Tensor& a, const Tensor& b, Tensor& out) {

@@ -59,6 +59,11 @@ class EmbeddingRowGradient {
   int64_t reserved() const { return reserved_; }
   // The table row of each stored row (in slot order).
   const std::vector<int32_t>& row_ids() const { return row_ids_; }
+  // (row, slot) of every stored row, in ascending row order.
+  const std::vector<std::pair<int32_t, int32_t>>& sorted_rows() const { return index_; }
+  // Slot s's values at values_data() + s * hidden() (null while nothing is
+  // held or reserved).
+  const float* values_data() const { return values_.defined() ? values_.data<float>() : nullptr; }
   // [rows, H] f32 (undefined while nothing is held or reserved).
   Tensor values() const;
 

@@ -58,13 +58,14 @@ TEST(PlanCli, OneConfigurationAsJsonHasThePeakAndItsBreakdown) {
             j["breakdown"].value("optimizer_moments", int64_t{0}));
 }
 
-// Short sequences with an optimizer peak in the update, where the dense
-// embedding gradient exists.
-TEST(PlanCli, ShortSequencesPeakInTheOptimizerUpdate) {
+// The row set's room replaces the dense table for the whole step: no
+// dense embedding gradient at the peak, even for short sequences.
+TEST(PlanCli, ShortSequencesHoldNoDenseEmbeddingGradient) {
   const nlohmann::json j =
       ParseJson(Plan("--preset bench-qwen3 --seq-len 512 --logits-chunk-tokens 64 -o json"));
-  EXPECT_EQ(j["peak_phase"], "optimizer_update") << j.dump();
-  EXPECT_EQ(j["breakdown"].value("embedding_gradient", int64_t{0}), int64_t{151936} * 512 * 4);
+  EXPECT_NE(j["peak_phase"], "optimizer_update") << j.dump();
+  EXPECT_FALSE(j["breakdown"].contains("embedding_gradient")) << j.dump();
+  EXPECT_EQ(j["breakdown"].value("embedding_row_gradient", int64_t{0}), int64_t{512} * 512 * 4);
 }
 
 TEST(PlanCli, MaxSeqLenAsJsonOrdersTheModes) {

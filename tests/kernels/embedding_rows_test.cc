@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
 #include "tests/kernels/op_test_util.h"
 
@@ -117,6 +122,48 @@ TEST(EmbeddingRows, ReservedRoomIsAllocatedOnceAndKept) {
   EXPECT_EQ(rows.capacity(), 60);
   EXPECT_TRUE(
       op_test::BitwiseEqual(RowsToDense(rows), DenseGradient(vocab, hidden, {wide}, {wide_dout})));
+}
+
+// The optimizer's reads of the rows: the dense table's sum of squares and
+// AdamW update, bit for bit, over tables of several SumSquares blocks with
+// rows that straddle blocks (cols not a multiple of 8) and repeat.
+TEST(EmbeddingRows, SumOfSquaresAndAdamWFromTheRowsAreTheDenseOnes) {
+  for (const int64_t hidden : {5, 64, 333}) {
+    const int64_t vocab = 2000;  // 10,000 to 666,000 elements: 1 to 41 blocks
+    SCOPED_TRACE(testing::Message() << "hidden " << hidden);
+    CpuAllocator allocator;
+    cpu::EmbeddingRowGradient rows(allocator, vocab, hidden);
+    std::vector<Tensor> ids, douts;
+    for (int mb = 0; mb < 2; ++mb) {
+      ids.push_back(op_test::RandomInts({300}, 60 + mb, 0, vocab));
+      douts.push_back(op_test::RandomTensor({300, hidden}, 70 + mb));
+      ASSERT_TRUE(rows.Accumulate(ids.back(), douts.back()).ok());
+    }
+    const Tensor dense = DenseGradient(vocab, hidden, ids, douts);
+    const double want = cpu::SumSquares(dense);
+    const double got = cpu::SumSquaresOfRows(vocab, hidden, rows.sorted_rows(), rows.values_data());
+    EXPECT_EQ(std::memcmp(&want, &got, sizeof(double)), 0) << want << " " << got;
+
+    AdamWParams params;
+    params.lr = 1e-2;
+    params.weight_decay = 0.1;
+    params.step = 3;
+    params.grad_scale = 0.7f;
+    Tensor p_dense = op_test::RandomTensor({vocab, hidden}, 80);
+    Tensor m_dense = op_test::RandomTensor({vocab, hidden}, 81);
+    Tensor v_dense = op_test::RandomTensor({vocab, hidden}, 82);
+    Tensor p_rows = op_test::RandomTensor({vocab, hidden}, 80);  // the same values
+    Tensor m_rows = op_test::RandomTensor({vocab, hidden}, 81);
+    Tensor v_rows = op_test::RandomTensor({vocab, hidden}, 82);
+    for (Tensor* t : {&v_dense, &v_rows}) {  // second moments are non-negative
+      for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = std::abs(t->data<float>()[i]);
+    }
+    cpu::AdamW(p_dense, dense, m_dense, v_dense, params);
+    cpu::AdamWRows(p_rows, rows.sorted_rows(), rows.values_data(), m_rows, v_rows, params);
+    EXPECT_TRUE(op_test::BitwiseEqual(p_rows, p_dense));
+    EXPECT_TRUE(op_test::BitwiseEqual(m_rows, m_dense));
+    EXPECT_TRUE(op_test::BitwiseEqual(v_rows, v_dense));
+  }
 }
 
 TEST(EmbeddingRowsDeathTest, RejectsIdsOutsideTheVocabulary) {

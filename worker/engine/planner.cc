@@ -28,10 +28,9 @@ MemoryPlan Assemble(const PlanRequest& request) {
   Phase peak_phase = Phase::kLmHead;
   planner::Ledger peak(s.alignment);
   int64_t peak_total = -1;
-  for (Phase phase : {Phase::kLmHead, Phase::kLayerBackward, Phase::kEmbeddingBackward,
-                      Phase::kRollout, Phase::kOptimizerUpdate}) {
+  for (Phase phase :
+       {Phase::kLmHead, Phase::kLayerBackward, Phase::kEmbeddingBackward, Phase::kRollout}) {
     if (phase == Phase::kRollout && s.rollout_sequences == 0) continue;
-    if (phase == Phase::kOptimizerUpdate && (s.embedding_rows == 0 || !s.optimizer_state)) continue;
     planner::Ledger ledger = planner::PhaseActivations(s, phase);
     if (ledger.total() > peak_total) {
       peak_total = ledger.total();

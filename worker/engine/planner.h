@@ -14,9 +14,6 @@
 //                       buffers + dL/dhidden + f32 dK/dV [T, Hkv*d] + objective scratch
 //   embedding_backward  model state + layer 0's input + dL/dhidden + dK/dV
 //                       (+ the embedding's gradient buffer under ZeRO-2)
-//   optimizer_update    with the embedding's gradient as a row set and an
-//                       optimizer: model state + the dense [V, H] f32
-//                       embedding gradient (FinishBackward to the update)
 //
 // The forward pass and the no-grad passes of DPO/GRPO hold a subset of the
 // lm_head phase, so they never set the peak.
@@ -221,10 +218,9 @@ struct PlanRequest {
   // The embedding's gradient as a row set (kernels/cpu/embedding_rows.h):
   // the sequences (of at most seq_len tokens) one step's passes feed the
   // embedding backward; > 0 reserves room for their tokens' rows for the
-  // whole run in place of the dense [V, H] gradient, which then exists only
-  // from the end of the backward to the optimizer's update (phase
-  // "optimizer_update", with optimizer_state), where EmbeddingRowCapacity
-  // allows. 0: dense.
+  // whole run in place of the dense [V, H] gradient (the optimizer reads the
+  // rows; no dense table is made), where EmbeddingRowCapacity allows. 0:
+  // dense.
   int64_t embedding_row_sequences = 0;
 };
 

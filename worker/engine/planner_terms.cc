@@ -230,8 +230,7 @@ Ledger ModelState(const PlanRequest& r, const StepShape& s) {
   // (HostState); the device keeps the gradient buffers of ZeRO-2 below.
   const bool offload = s.optimizer_offload;
   if (!offload && s.N == 1 && s.embedding_rows > 0) {
-    // The embedding's group gives way to the row set's room (the dense
-    // group appears in the optimizer_update phase).
+    // The embedding's group gives way to the row set's room.
     ledger.Add("gradients", s.L, layer_group, gradient_bytes);
     ledger.Add("gradients", 1, final_group, gradient_bytes);
     ledger.SetDetail("gradients",
@@ -294,8 +293,6 @@ absl::string_view PhaseName(Phase phase) {
       return "embedding_backward";
     case Phase::kRollout:
       return "rollout";
-    case Phase::kOptimizerUpdate:
-      return "optimizer_update";
   }
   return "?";
 }
@@ -475,15 +472,6 @@ Ledger RolloutActivations(const StepShape& s) {
 Ledger PhaseActivations(const StepShape& s, Phase phase) {
   if (phase == Phase::kRollout) return RolloutActivations(s);
   Ledger ledger(s.alignment);
-  if (phase == Phase::kOptimizerUpdate) {
-    // The row set made dense for the norm and the update (optimizer_state.cc).
-    if (s.embedding_rows > 0 && s.optimizer_state) {
-      ledger.Add("embedding_gradient", 1, s.embed_group, kF32);
-      ledger.SetDetail("embedding_gradient",
-                       absl::StrCat("[", s.embed_group, "] f32 (dense for the update)"));
-    }
-    return ledger;
-  }
   if (s.tier == CheckpointTier::kDevice) {
     const int64_t layer_inputs = phase == Phase::kLmHead          ? s.L + 1
                                  : phase == Phase::kLayerBackward ? s.L

@@ -95,7 +95,7 @@ StepShape ShapeOf(const PlanRequest& request);
 // and, on CUDA, memory outside the allocator: live for the whole step.
 Ledger ModelState(const PlanRequest& request, const StepShape& s);
 
-enum class Phase { kLmHead, kLayerBackward, kEmbeddingBackward, kRollout, kOptimizerUpdate };
+enum class Phase { kLmHead, kLayerBackward, kEmbeddingBackward, kRollout };
 absl::string_view PhaseName(Phase phase);  // "lm_head", ...
 
 // What a step holds besides the model state in `phase` (see planner.h).

@@ -2,7 +2,10 @@
 
 #include <cmath>
 
+#include "common/check.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/elementwise.h"
 #include "worker/engine/device_store.h"
 
 namespace sbp {
@@ -16,25 +19,41 @@ absl::StatusOr<AdamWOptimizer> AdamWOptimizer::Create(const ParameterStore& layo
   return AdamWOptimizer(backend, train, std::move(m), std::move(v));
 }
 
-double AdamWOptimizer::GlobalGradNorm(Backend& backend, const ParameterStore& grads) {
+double AdamWOptimizer::GlobalGradNorm(Backend& backend, const ParameterStore& grads,
+                                      const cpu::EmbeddingRowGradient* embed_rows) {
   double sum = 0;
-  for (const ParameterGroup& group : grads.groups()) {
+  for (size_t g = 0; g < grads.groups().size(); ++g) {
+    const ParameterGroup& group = grads.groups()[g];
+    if (embed_rows != nullptr && static_cast<int>(g) == grads.embed_group()) {
+      CHECK(backend.device().is_cpu()) << "the embedding's row set is a CPU gradient";
+      sum += cpu::SumSquaresOfRows(embed_rows->vocab(), embed_rows->hidden(),
+                                   embed_rows->sorted_rows(), embed_rows->values_data());
+      continue;
+    }
     sum += backend.SumSquares(group.flat.Rows(0, group.numel));
   }
   return std::sqrt(sum);
 }
 
 void AdamWOptimizer::Step(ParameterStore& weights, const ParameterStore& grads, double lr,
-                          int64_t step, float grad_scale) {
+                          int64_t step, float grad_scale,
+                          const cpu::EmbeddingRowGradient* embed_rows) {
   AdamWParams params = AdamWStepParams(train_, lr, step, grad_scale);
   for (size_t g = 0; g < weights.groups().size(); ++g) {
     ParameterGroup& w = weights.groups()[g];
     const ParameterGroup& dw = grads.groups()[g];
     ParameterGroup& m = m_.groups()[g];
     ParameterGroup& v = v_.groups()[g];
+    const bool rows = embed_rows != nullptr && static_cast<int>(g) == weights.embed_group();
     for (size_t i = 0; i < w.tensors.size(); ++i) {
       params.weight_decay = WeightDecayFor(w.specs[i].kind, train_.weight_decay);
-      backend_->AdamW(w.tensors[i], dw.tensors[i], m.tensors[i], v.tensors[i], params);
+      if (rows) {
+        CHECK(backend_->device().is_cpu()) << "the embedding's row set is a CPU gradient";
+        cpu::AdamWRows(w.tensors[i], embed_rows->sorted_rows(), embed_rows->values_data(),
+                       m.tensors[i], v.tensors[i], params);
+      } else {
+        backend_->AdamW(w.tensors[i], dw.tensors[i], m.tensors[i], v.tensors[i], params);
+      }
     }
   }
 }

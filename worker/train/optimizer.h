@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/embedding_rows.h"
 #include "worker/engine/parameter_store.h"
 #include "worker/train/job_spec.h"
 
@@ -19,14 +20,19 @@ class AdamWOptimizer {
   static absl::StatusOr<AdamWOptimizer> Create(const ParameterStore& layout, Backend& backend,
                                                const TrainSpec& train);
 
-  // sqrt(sum of squares) over every gradient.
-  static double GlobalGradNorm(Backend& backend, const ParameterStore& grads);
+  // sqrt(sum of squares) over every gradient. With `embed_rows` (the CPU's
+  // row set, kernels/cpu/embedding_rows.h) the embedding's gradient is those
+  // rows, its group in `grads` left without memory; the norm is the dense
+  // gradient's bit for bit.
+  static double GlobalGradNorm(Backend& backend, const ParameterStore& grads,
+                               const cpu::EmbeddingRowGradient* embed_rows = nullptr);
 
   // One update with learning rate `lr` at 1-based `step`; gradients are
   // multiplied by `grad_scale` first (clipping). Returns nothing; moments and
-  // weights change in place.
+  // weights change in place. `embed_rows` as for GlobalGradNorm (the update
+  // is the dense gradient's bit for bit).
   void Step(ParameterStore& weights, const ParameterStore& grads, double lr, int64_t step,
-            float grad_scale);
+            float grad_scale, const cpu::EmbeddingRowGradient* embed_rows = nullptr);
 
   ParameterStore& exp_avg() { return m_; }
   ParameterStore& exp_avg_sq() { return v_; }

@@ -17,10 +17,10 @@
 namespace sbp {
 namespace {
 
-// The embedding's gradient as a row set (kernels/cpu/embedding_rows.h)
-// during the backward passes: on the CPU, for an untied embedding of a full
-// (not LoRA) run. A tied embedding is also the LM head, whose gradient is
-// dense.
+// The embedding's gradient as a row set (kernels/cpu/embedding_rows.h) for
+// the whole step, the norm and AdamW reading the rows as the dense gradient:
+// on the CPU, for an untied embedding of a full (not LoRA) run. A tied
+// embedding is also the LM head, whose gradient is dense.
 bool UseEmbeddingRows(const ParameterStore& weights, const Backend& backend) {
   if (!backend.device().is_cpu() || weights.lora() != nullptr || weights.groups().empty()) {
     return false;
@@ -72,29 +72,20 @@ class LocalOptimizerState final : public OptimizerState {
 
   ModelTensors& grads() override { return bound_; }
   void ZeroGradients() override {
-    if (!rows_.has_value()) return ZeroStore(grads_, backend_);
-    rows_->Clear();
-    grads_.groups()[grads_.embed_group()].Detach();
-    for (ParameterGroup& group : grads_.groups()) {
-      if (group.flat.defined()) backend_.Fill(group.flat, 0.0f);
-    }
+    if (rows_.has_value()) rows_->Clear();
+    ZeroStore(grads_, backend_);  // the row set's group has no memory
   }
-  absl::Status FinishBackward() override { return DenseEmbeddingGradient(); }
+  absl::Status FinishBackward() override { return absl::OkStatus(); }
   absl::StatusOr<double> GlobalGradNorm() override {
-    RETURN_IF_ERROR(DenseEmbeddingGradient());
-    const double norm = AdamWOptimizer::GlobalGradNorm(backend_, grads_);
+    const double norm = AdamWOptimizer::GlobalGradNorm(backend_, grads_, embed_rows());
     // A sum that found no device memory for its partials is void (not a
     // divergence).
     RETURN_IF_ERROR(backend_.TakeDeferredError());
     return norm;
   }
   absl::Status Update(double lr, int64_t step, float grad_scale) override {
-    RETURN_IF_ERROR(DenseEmbeddingGradient());
-    optimizer_.Step(masters(), grads_, lr, step, grad_scale);
+    optimizer_.Step(masters(), grads_, lr, step, grad_scale, embed_rows());
     CastMastersIntoWeights();
-    // The dense embedding gradient lives only from the end of the backward
-    // to the update.
-    if (rows_.has_value()) grads_.groups()[grads_.embed_group()].Detach();
     return absl::OkStatus();
   }
   absl::Status Save(const CheckpointSink& sink, const TrainerState& state,
@@ -129,21 +120,10 @@ class LocalOptimizerState final : public OptimizerState {
 
  private:
   ParameterStore& masters() { return master_.has_value() ? *master_ : weights_; }
-  // With a row-set embedding gradient: scatters the rows into a zeroed
-  // dense group (the dense kernel's values exactly) for the norm and AdamW,
-  // which visit every row (AdamW moves rows without gradient too). Done
-  // after the backward, when its activations are gone, so the dense buffer
-  // no longer adds to the backward's peak.
-  absl::Status DenseEmbeddingGradient() {
-    if (!rows_.has_value()) return absl::OkStatus();
-    ParameterGroup& group = grads_.groups()[grads_.embed_group()];
-    if (group.flat.defined()) return absl::OkStatus();
-    ASSIGN_OR_RETURN(Tensor flat, Tensor::Zeros(backend_.allocator(), {group.padded}, DType::kF32,
-                                                "embedding gradient"));
-    group.Attach(std::move(flat));
-    rows_->CopyRowsInto(group.tensors[0]);
-    rows_->Clear();
-    return absl::OkStatus();
+  // The row set, where the embedding's gradient is one (the norm and AdamW
+  // read it as the dense gradient, bit for bit, without a dense buffer).
+  const cpu::EmbeddingRowGradient* embed_rows() const {
+    return rows_.has_value() ? &*rows_ : nullptr;
   }
   // compute copy <- round(masters), group by group.
   void CastMastersIntoWeights() {

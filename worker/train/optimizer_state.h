@@ -86,14 +86,14 @@ struct OptimizerStateOptions {
   DType compute_dtype = DType::kF32;
   // On one worker without offload, on the CPU, for an untied full model:
   // when > 0, keep the embedding's gradient as the rows of the step's tokens
-  // during the backward passes (kernels/cpu/embedding_rows.h), in room for
-  // this many rows reserved up front (EmbeddingRowCapacity, planner.h: the
-  // step's token count, below the vocabulary), and make it dense
-  // (bit-identical) only from FinishBackward to the update, instead of a
-  // V x H buffer held all along. Elsewhere ignored: under ZeRO-2 the
-  // embedding's group is reduce-scattered dense (see Zero2State); with
-  // offload the gradients are the host state's. The memory planner counts it
-  // the same way (PlanRequest::embedding_row_sequences).
+  // (kernels/cpu/embedding_rows.h), in room for this many rows reserved up
+  // front (EmbeddingRowCapacity, planner.h: the step's token count, below
+  // the vocabulary), instead of a V x H buffer; the global norm and AdamW
+  // read the rows as the dense gradient, bit for bit, so no dense table is
+  // ever made. Elsewhere ignored: under ZeRO-2 the embedding's group is
+  // reduce-scattered dense (see Zero2State); with offload the gradients are
+  // the host state's. The memory planner counts it the same way
+  // (PlanRequest::embedding_row_sequences).
   int64_t embedding_row_capacity = 0;
 };
 

@@ -1,7 +1,8 @@
 // The embedding's gradient as a row set (kernels/cpu/embedding_rows.h) in a
-// whole training step on the CPU: the allocator peaks where the planner says,
-// to the byte, over several sequences per step, every backward mode, and
-// lengths whose peak is the head's logits or the update's dense gradient;
+// whole training step on the CPU (backward passes, global norm, AdamW from
+// the rows): the allocator peaks where the planner says, to the byte, over
+// several sequences per step, every backward mode and short and long
+// sequences, below the dense gradient's peak by the table less the rows;
 // and the step's weights equal the dense gradient's bit for bit.
 #include <gtest/gtest.h>
 
@@ -94,7 +95,7 @@ StepResult RunStep(const ModelConfig& config, BackwardMode mode, int64_t sequenc
 
 TEST(PlannerEmbeddingRows, StepPeaksWhereThePlanSaysAndTrainsAsDense) {
   const ModelConfig config = Config();
-  int checked = 0, update_peaks = 0;
+  int checked = 0;
   for (BackwardMode mode :
        {BackwardMode::kStream, BackwardMode::kCheckpoint, BackwardMode::kFull}) {
     for (int64_t T : {7, 200, 900}) {
@@ -121,15 +122,17 @@ TEST(PlannerEmbeddingRows, StepPeaksWhereThePlanSaysAndTrainsAsDense) {
         EXPECT_EQ(rows.weights, dense.weights);
         r.embedding_row_sequences = 0;
         EXPECT_EQ(PlanMemory(r)->peak_bytes, dense.peak_bytes);
-        EXPECT_LT(rows.peak_bytes, dense.peak_bytes);
+        // No dense table at any point of the step: the peak drops by the
+        // table less the rows' room (give or take the allocator's rounding).
+        const int64_t saved =
+            config.vocab_size * config.hidden_size * 4 - capacity * config.hidden_size * 4;
+        EXPECT_NEAR(static_cast<double>(dense.peak_bytes - rows.peak_bytes),
+                    static_cast<double>(saved), 256.0);
         ++checked;
-        update_peaks += plan.peak_phase == "optimizer_update";
       }
     }
   }
-  std::printf("%d configurations, %d of them peaking in optimizer_update\n", checked, update_peaks);
-  EXPECT_GT(update_peaks, 0);
-  EXPECT_LT(update_peaks, checked);  // and the others in a pass
+  EXPECT_EQ(checked, 18);
 }
 
 // Where the row set does not apply the capacity is 0 (dense): CUDA, ZeRO-2,
