@@ -13,17 +13,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "kernels/allocator.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/documents.h"
-#include "kernels/random.h"
 #include "kernels/tensor.h"
 #include "kernels/tensor_checks.h"
+#include "tests/kernels/op_test_util.h"
 
 namespace sbp {
 namespace {
@@ -31,25 +29,13 @@ namespace {
 using cpu::AttentionKernel;
 using Vec = std::vector<double>;
 
-CpuAllocator& Alloc() {
-  static CpuAllocator* alloc = new CpuAllocator();
-  return *alloc;
-}
+using op_test::BitwiseEqual;
+using op_test::RelErr;
 
-Tensor Zeros(Shape shape) {
-  auto t = Tensor::Zeros(Alloc(), std::move(shape), DType::kF32, "test tensor");
-  CHECK_OK(t.status());
-  return *std::move(t);
-}
+Tensor Zeros(const Shape& shape) { return op_test::NewTensor(shape); }
 
-Tensor Normal(Shape shape, uint64_t seed, float std = 1.0f) {
-  Tensor t = Zeros(std::move(shape));
-  FillNormal(t, seed, 0.0f, std);
-  return t;
-}
-
-bool BitwiseEqual(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+Tensor Normal(const Shape& shape, uint64_t seed, float std = 1.0f) {
+  return op_test::RandomTensor(shape, seed, std);
 }
 
 using cpu::attention_internal::MicroIsa;
@@ -148,16 +134,6 @@ void Reference(const Case& c, const Tensor& q, const Tensor& k, const Tensor& v,
       }
     }
   }
-}
-
-double RelErr(const Tensor& got, const Vec& want) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double e = got.data<float>()[i] - want[i];
-    num += e * e;
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
 }
 
 struct Problem {
