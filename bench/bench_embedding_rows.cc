@@ -4,8 +4,8 @@
 //   forward_backward  one sequence of T tokens, forward + backward (what
 //                     `sbp bench` times), gradients into a gradient store;
 //   train_step        the same plus the local optimizer state's step (the
-//                     dense gradient made from the rows at FinishBackward,
-//                     the norm, AdamW), as the trainer runs it.
+//                     global norm and AdamW, which read the rows as the
+//                     dense gradient), as the trainer runs it.
 // One JSON line per (measure, embedding gradient):
 //   {"measure", "embedding_gradient": "dense" | "rows", "preset", "seq_len",
 //    "peak_bytes", "fixed_bytes", "activation_peak_bytes", "rss_peak_bytes",
